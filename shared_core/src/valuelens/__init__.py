@@ -1,0 +1,45 @@
+"""valuelens: training-free sentence embeddings from decoder LLMs.
+
+Usage::
+
+    import valuelens
+    enc = valuelens.Encoder.from_pretrained(recipe="va")          # embedded default model
+    vectors = enc.encode(["A man plays guitar.", "Someone makes music."], normalize=True)
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
+from valuelens.embed_filter import EmbedFilter
+from valuelens.encoder import Encoder, EncoderConfig, TruncationWarning
+from valuelens.errors import ConfigError, ModelProvisioningError, SpaceMismatchError, UnsupportedModelError, ValueLensError
+from valuelens.prompts import NAMED_PROMPTS, Prompt
+from valuelens.recipes import RECIPES, Recipe
+
+try:
+    __version__ = version("valuelens")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = [
+    "NAMED_PROMPTS",
+    "RECIPES",
+    "CapturePlan",
+    "ConfigError",
+    "EmbedFilter",
+    "Encoder",
+    "EncoderConfig",
+    "ModelProvisioningError",
+    "Prompt",
+    "Recipe",
+    "SpaceMismatchError",
+    "StopForward",
+    "TruncationWarning",
+    "UnsupportedModelError",
+    "ValueLensError",
+    "__version__",
+    "capturing",
+    "start_capture",
+]

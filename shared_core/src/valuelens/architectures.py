@@ -1,0 +1,172 @@
+"""Where each decoder family keeps its parts: layers, attention, output projection, MLP, final norm.
+
+Usage: ``parts = locate(model)``; ``parts.layers[i]``, ``parts.out_projs[i]``, ``parts.value_dim``.
+
+Families differ only in attribute names (``self_attn``/``attn``/``attention``; ``o_proj``/``dense``/
+``out_proj``/``c_proj``; ``down_proj``/``fc2``/``c_proj``/``dense_4h_to_h``), so one search over those
+names covers llama, mistral, qwen2/3, gemma2/3, phi3, gpt2, gpt_neox, opt and most of their relatives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from valuelens.errors import UnsupportedModelError
+
+_LAYER_PATHS = ("layers", "h", "decoder.layers", "blocks", "transformer.h", "model.layers", "gpt_neox.layers")
+_ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+_OUT_PROJ_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "o")
+_MLP_NAMES = ("mlp", "feed_forward", "ffn")
+_DOWN_NAMES = ("down_proj", "fc2", "c_proj", "dense_4h_to_h", "w2", "fc_out")
+_NORM_PATHS = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "decoder.final_layer_norm", "model.norm")
+
+
+def _get_path(root: nn.Module, path: str) -> nn.Module | None:
+    module: object = root
+    for name in path.split("."):
+        module = getattr(module, name, None)
+        if module is None:
+            return None
+    return module if isinstance(module, nn.Module) else None
+
+
+def _first_child(module: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
+    for name in names:
+        child = getattr(module, name, None)
+        if isinstance(child, nn.Module):
+            return child
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class ModelParts:
+    """The modules of one decoder-only transformer that valuelens hooks, and its sizes."""
+
+    model_type: str
+    backbone: nn.Module
+    layers: nn.ModuleList
+    attentions: tuple[nn.Module, ...]
+    out_projs: tuple[nn.Module, ...]
+    mlp_downs: tuple[nn.Module | None, ...]
+    final_norm: nn.Module | None
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate_size: int | None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def value_dim(self) -> int:
+        """Size of the concatenated value vectors (all key/value heads)."""
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def head_output_dim(self) -> int:
+        """Size of the concatenated per-head attention outputs before W_O (all query heads)."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head (GQA)."""
+        return self.n_heads // self.n_kv_heads
+
+
+def backbone_of(model: nn.Module) -> nn.Module:
+    """The base model (no LM head) of a ``*ForCausalLM`` or the model itself."""
+    base = getattr(model, "base_model", None)
+    if isinstance(base, nn.Module) and base is not model:
+        return base
+    return model
+
+
+def _config_int(config: object, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def locate(model: nn.Module) -> ModelParts:
+    """Find the decoder layers and their parts in a Hugging Face decoder model (or its ``*ForCausalLM``)."""
+    backbone = backbone_of(model)
+    config = getattr(backbone, "config", None) or getattr(model, "config", None)
+    if config is None:
+        msg = f"{type(model).__name__} has no `config`: pass a Hugging Face transformers model"
+        raise UnsupportedModelError(msg)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    model_type = str(getattr(text_config, "model_type", type(backbone).__name__))
+
+    layers = None
+    for path in _LAYER_PATHS:
+        candidate = _get_path(backbone, path)
+        if isinstance(candidate, nn.ModuleList) and len(candidate) > 0:
+            layers = candidate
+            break
+    if layers is None:
+        msg = (
+            f"cannot find the decoder layers of {type(backbone).__name__} (model_type={model_type!r}): "
+            f"looked for a ModuleList at {', '.join(_LAYER_PATHS)}"
+        )
+        raise UnsupportedModelError(msg)
+
+    attentions, out_projs, downs = [], [], []
+    for index, layer in enumerate(layers):
+        attention = _first_child(layer, _ATTENTION_NAMES)
+        if attention is None:
+            msg = (
+                f"layer {index} of {model_type!r} has no attention module "
+                f"(looked for {', '.join(_ATTENTION_NAMES)})"
+            )
+            raise UnsupportedModelError(msg)
+        out_proj = _first_child(attention, _OUT_PROJ_NAMES)
+        if out_proj is None:
+            msg = (
+                f"the attention of layer {index} of {model_type!r} has no output projection "
+                f"(looked for {', '.join(_OUT_PROJ_NAMES)})"
+            )
+            raise UnsupportedModelError(msg)
+        mlp = _first_child(layer, _MLP_NAMES)
+        down = _first_child(mlp, _DOWN_NAMES) if mlp is not None else _first_child(layer, _DOWN_NAMES)
+        attentions.append(attention)
+        out_projs.append(out_proj)
+        downs.append(down)
+
+    final_norm = None
+    for path in _NORM_PATHS:
+        final_norm = _get_path(backbone, path)
+        if final_norm is not None:
+            break
+
+    hidden = _config_int(text_config, "hidden_size", "n_embd", "d_model")
+    n_heads = _config_int(text_config, "num_attention_heads", "n_head")
+    if hidden is None or n_heads is None:
+        msg = f"the config of {model_type!r} lacks hidden_size / num_attention_heads"
+        raise UnsupportedModelError(msg)
+    n_kv = _config_int(text_config, "num_key_value_heads", "n_head_kv", "num_kv_heads") or n_heads
+    if getattr(text_config, "multi_query", False) and not getattr(text_config, "new_decoder_architecture", False):
+        n_kv = 1
+    head_dim = _config_int(text_config, "head_dim") or hidden // n_heads
+    intermediate = _config_int(text_config, "intermediate_size", "n_inner", "ffn_dim")
+    if intermediate is None and model_type == "gpt2":
+        intermediate = 4 * hidden
+    return ModelParts(
+        model_type=model_type,
+        backbone=backbone,
+        layers=layers,
+        attentions=tuple(attentions),
+        out_projs=tuple(out_projs),
+        mlp_downs=tuple(downs),
+        final_norm=final_norm,
+        hidden_size=hidden,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+    )

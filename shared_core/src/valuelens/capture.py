@@ -1,0 +1,443 @@
+"""One capture mechanism for every recipe: transformers' attention interface plus module hooks.
+
+Usage::
+
+    plan = CapturePlan(signal="value", pool="mean", layers=(10, 11, 12))
+    with capturing(parts, plan, attention_mask=mask, weights=w) as cap:
+        try:
+            parts.backbone(input_ids=ids, attention_mask=mask)
+        except StopForward:          # raised after the deepest selected layer: the rest never runs
+            pass
+    per_layer = cap.layer_vectors()  # [B, F] fp32 per selected layer, in layer order
+
+How it works. While at least one capture is active on a model, that model is *instrumented*: its
+attention implementation is switched to ``valuelens_sdpa`` (or ``valuelens_eager`` where the model
+needs eager attention, e.g. Gemma-2's logit softcapping), a function registered in transformers'
+``AttentionInterface`` (with the matching mask function in ``AttentionMaskInterface``) that sees the
+exact q/k/v attention uses and then delegates to sdpa/eager; and forward hooks sit on each decoder
+layer, output projection and MLP down projection. Every hook and the attention function look up the
+*active capture of the calling context* in a ``ContextVar``; a context with no capture passes
+through untouched, so threads and async callers can share one model. The first capture installs the
+instrumentation and the last one removes it (and restores the attention implementation), in
+``finally`` blocks, also when the forward raises.
+
+Hooks reduce tokens to per-sentence fp32 vectors at once: no ``[B, N, d]`` tensor is kept per layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from valuelens.architectures import ModelParts
+from valuelens.errors import UnsupportedModelError
+from valuelens.pooling import pool_heads, pool_tokens
+from valuelens.recipes import ATTENTION_SIGNALS, Signal, TokenPool
+
+__all__ = ["CapturePlan", "Capture", "StopForward", "capturing", "start_capture", "last_token_attention"]
+
+_ACTIVE: ContextVar[Capture | None] = ContextVar("valuelens_active_capture", default=None)
+_REGISTRY_LOCK = threading.Lock()
+_INSTRUMENTED: dict[int, _Instrumentation] = {}
+_ATTENTION_NAMES = {"sdpa": "valuelens_sdpa", "eager": "valuelens_eager"}
+
+
+class StopForward(Exception):
+    """Raised by a hook once the deepest selected layer is captured; the caller catches it."""
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    """What to capture: one signal, pooled one way, at some layers.
+
+    ``final_norm`` applies the model's final norm to each token's hidden state before pooling
+    (``hidden`` only). ``stop_early`` ends the forward (``StopForward``) once the deepest layer is in.
+    """
+
+    signal: Signal
+    pool: TokenPool
+    layers: tuple[int, ...]
+    final_norm: bool = False
+    stop_early: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pool == "last_attention" and self.signal != "value":
+            msg = f"pool='last_attention' needs signal='value', got {self.signal!r}"
+            raise ValueError(msg)
+        if self.final_norm and self.signal != "hidden":
+            msg = f"final_norm applies to signal='hidden' only, got {self.signal!r}"
+            raise ValueError(msg)
+        if not self.layers:
+            msg = "a capture plan needs at least one layer"
+            raise ValueError(msg)
+
+
+class Capture:
+    """The state of one capture: the plan, the batch's pooling weights, and the vectors caught."""
+
+    def __init__(
+        self,
+        instrumentation: _Instrumentation,
+        plan: CapturePlan,
+        *,
+        attention_mask: Tensor,
+        weights: Tensor | None = None,
+        index: Tensor | None = None,
+    ) -> None:
+        if plan.pool in ("mean", "position") and weights is None:
+            msg = f"pool={plan.pool!r} needs token weights"
+            raise ValueError(msg)
+        if plan.pool in ("last", "last_attention") and index is None:
+            msg = f"pool={plan.pool!r} needs the last-token index"
+            raise ValueError(msg)
+        self.instrumentation = instrumentation
+        self.plan = plan
+        self.attention_mask = attention_mask
+        self.weights = weights
+        self.index = index
+        self._layers = frozenset(plan.layers)
+        self._deepest = max(plan.layers)
+        self._vectors: dict[int, Tensor] = {}
+
+    # -- called from hooks -------------------------------------------------------------------
+    def wants(self, layer: int | None, signal: str) -> bool:
+        return layer is not None and signal == self.plan.signal and layer in self._layers
+
+    def record(self, layer: int, vector: Tensor) -> None:
+        self._vectors[layer] = vector
+        if self.plan.stop_early and layer == self._deepest:
+            raise StopForward
+
+    def pool(self, x: Tensor) -> Tensor:
+        """Pool ``[B, N, F]`` token features as the plan says (``last`` or weighted).
+
+        Some families flatten tokens before a projection (OPT's ``fc2`` sees ``[B*N, F]``); such
+        inputs are viewed back as ``[B, N, F]``.
+        """
+        if x.dim() == 2:
+            x = x.view(*self.attention_mask.shape, -1)
+        if self.plan.pool == "last":
+            return pool_tokens(x, index=self.index)
+        return pool_tokens(x, weights=self.weights)
+
+    # -- results ---------------------------------------------------------------------------
+    def layer_vectors(self) -> list[Tensor]:
+        """Per-layer sentence vectors ``[B, F]`` in the plan's layer order."""
+        missing = [layer for layer in self.plan.layers if layer not in self._vectors]
+        if missing:
+            parts = self.instrumentation.parts
+            hint = ""
+            if self.plan.signal in ATTENTION_SIGNALS:
+                hint = (
+                    f" The attention of {parts.model_type!r} did not go through transformers' attention "
+                    "interface; recipes that read values, queries or keys need a model that does "
+                    "(most decoder families since transformers 4.48)."
+                )
+            msg = f"no {self.plan.signal!r} signal was captured at layers {missing}.{hint}"
+            raise UnsupportedModelError(msg)
+        return [self._vectors[layer] for layer in self.plan.layers]
+
+
+# --------------------------------------------------------------------------------------------
+# Attention: the registered function and the last-token probabilities
+# --------------------------------------------------------------------------------------------
+
+
+def last_token_attention(
+    query: Tensor,
+    key: Tensor,
+    attention_mask: Tensor | None,
+    index: Tensor,
+    *,
+    scaling: float | None = None,
+    softcap: float | None = None,
+) -> Tensor:
+    """Attention probabilities of each row's last real token, averaged over each GQA group.
+
+    ``query`` ``[B, H, N, D]``, ``key`` ``[B, Hkv, N, D]``, ``attention_mask`` as given to the attention
+    function (bool "may attend", additive float, or ``None`` for plain causal). Returns ``[B, Hkv, N]``
+    fp32; only the one query row per sentence is computed (no ``N x N`` matrix).
+    """
+    batch, n_heads, _, head_dim = query.shape
+    n_kv = key.shape[1]
+    group = n_heads // n_kv
+    rows = torch.arange(batch, device=query.device)
+    idx = index.to(query.device)
+    q = query[rows, :, idx].to(torch.float32).reshape(batch, n_kv, group, head_dim)
+    scale = head_dim**-0.5 if scaling is None else scaling
+    scores = torch.einsum("bkgd,bknd->bkgn", q, key.to(torch.float32)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    n_keys = key.shape[2]
+    if attention_mask is None:
+        positions = torch.arange(n_keys, device=query.device)
+        allowed = (positions.unsqueeze(0) <= idx.unsqueeze(1)).view(batch, 1, 1, n_keys)
+        scores = torch.where(allowed, scores, float("-inf"))
+    else:
+        row = attention_mask[rows, :, idx.to(attention_mask.device)].to(query.device)  # [B, Hm, K]
+        row = row[..., -n_keys:]
+        row = row.view(batch, 1, 1, n_keys) if row.shape[1] == 1 else row.view(batch, n_kv, group, n_keys)
+        if row.dtype == torch.bool:
+            scores = torch.where(row, scores, float("-inf"))
+        else:
+            scores = scores + row.to(torch.float32)
+    probs = torch.softmax(scores, dim=-1)
+    return probs.mean(dim=2)
+
+
+def _reduce_attention_signal(cap: Capture, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, kwargs: dict) -> Tensor:
+    signal, pool = cap.plan.signal, cap.plan.pool
+    if pool == "last_attention":
+        probs = last_token_attention(
+            query, key, mask, cap.index, scaling=kwargs.get("scaling"), softcap=kwargs.get("softcap")
+        )
+        return pool_heads(value, probs)
+    tensor = {"value": value, "query": query, "key": key}[signal]
+    if pool == "last":
+        rows = torch.arange(tensor.shape[0], device=tensor.device)
+        return tensor[rows, :, cap.index.to(tensor.device)].to(torch.float32).reshape(tensor.shape[0], -1)
+    return pool_heads(tensor, cap.weights)
+
+
+@functools.cache
+def _eager_for(module_type: type) -> Callable[..., Any]:
+    """The model family's own eager attention (it may differ from the generic one, e.g. softcapping)."""
+    modeling = sys.modules.get(module_type.__module__)
+    eager = getattr(modeling, "eager_attention_forward", None)
+    if eager is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward
+    return eager
+
+
+def _capture_attention(delegate: str, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs: Any):
+    cap = _ACTIVE.get()
+    if cap is not None:
+        layer = cap.instrumentation.attention_layer(module)
+        if cap.wants(layer, cap.plan.signal) and cap.plan.signal in ATTENTION_SIGNALS:
+            cap.record(layer, _reduce_attention_signal(cap, query, key, value, attention_mask, kwargs))
+    if delegate == "eager":
+        return _eager_for(type(module))(module, query, key, value, attention_mask, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _capture_attention_sdpa(module, query, key, value, attention_mask, **kwargs):
+    return _capture_attention("sdpa", module, query, key, value, attention_mask, **kwargs)
+
+
+def _capture_attention_eager(module, query, key, value, attention_mask, **kwargs):
+    return _capture_attention("eager", module, query, key, value, attention_mask, **kwargs)
+
+
+@functools.cache
+def _register_attention_functions() -> None:
+    """Register the capturing attention functions (and their masks under the same names) once."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+    AttentionInterface.register(_ATTENTION_NAMES["sdpa"], _capture_attention_sdpa)
+    AttentionInterface.register(_ATTENTION_NAMES["eager"], _capture_attention_eager)
+    AttentionMaskInterface.register(_ATTENTION_NAMES["sdpa"], sdpa_mask)
+    AttentionMaskInterface.register(_ATTENTION_NAMES["eager"], eager_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Module hooks
+# --------------------------------------------------------------------------------------------
+
+
+def _active_for(instrumentation: _Instrumentation) -> Capture | None:
+    cap = _ACTIVE.get()
+    return cap if cap is not None and cap.instrumentation is instrumentation else None
+
+
+def _layer_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Any) -> None:
+    cap = _active_for(instrumentation)
+    if cap is None or not cap.wants(layer, "hidden"):
+        return
+    hidden = output[0] if isinstance(output, (tuple, list)) else output
+    if cap.plan.final_norm:
+        norm = instrumentation.parts.final_norm
+        if norm is None:
+            msg = f"{instrumentation.parts.model_type!r} has no final norm to apply (final_norm=True)"
+            raise UnsupportedModelError(msg)
+        hidden = norm(hidden)
+    cap.record(layer, cap.pool(hidden))
+
+
+def _out_proj_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple) -> None:
+    cap = _active_for(instrumentation)
+    if cap is not None and cap.wants(layer, "head"):
+        cap.record(layer, cap.pool(args[0]))
+
+
+def _out_proj_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Tensor) -> None:
+    cap = _active_for(instrumentation)
+    if cap is not None and cap.wants(layer, "attn_out"):
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        cap.record(layer, cap.pool(out))
+
+
+def _mlp_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple) -> None:
+    cap = _active_for(instrumentation)
+    if cap is not None and cap.wants(layer, "mlp"):
+        cap.record(layer, cap.pool(args[0]))
+
+
+class _Instrumentation:
+    """The hooks and attention switch of one model, shared by every capture active on it."""
+
+    def __init__(self, parts: ModelParts) -> None:
+        self.parts = parts
+        self._attention_layers = {id(module): i for i, module in enumerate(parts.attentions)}
+        self._handles: list[Any] = []
+        self._previous_attention: str | None = None
+        self.interface_ok = False
+        self.users = 0
+
+    def attention_layer(self, module: nn.Module) -> int | None:
+        return self._attention_layers.get(id(module))
+
+    def install(self) -> None:
+        parts = self.parts
+        try:
+            for i, layer in enumerate(parts.layers):
+                self._handles.append(layer.register_forward_hook(functools.partial(_layer_hook, self, i)))
+                out_proj = parts.out_projs[i]
+                self._handles.append(out_proj.register_forward_pre_hook(functools.partial(_out_proj_pre_hook, self, i)))
+                self._handles.append(out_proj.register_forward_hook(functools.partial(_out_proj_hook, self, i)))
+                down = parts.mlp_downs[i]
+                if down is not None:
+                    self._handles.append(down.register_forward_pre_hook(functools.partial(_mlp_pre_hook, self, i)))
+            self._switch_attention()
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def _switch_attention(self) -> None:
+        backbone = self.parts.backbone
+        config = getattr(backbone, "config", None)
+        can_set = getattr(backbone, "_can_set_attn_implementation", None)
+        if config is None or can_set is None or not can_set():
+            return
+        _register_attention_functions()
+        previous = config._attn_implementation
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        needs_eager = previous == "eager" or getattr(text_config, "attn_logit_softcapping", None) is not None
+        target = _ATTENTION_NAMES["eager" if needs_eager else "sdpa"]
+        if previous != target:
+            backbone.set_attn_implementation(target)
+            self._previous_attention = previous
+        self.interface_ok = True
+
+    def uninstall(self) -> None:
+        try:
+            if self._previous_attention is not None:
+                self.parts.backbone.set_attn_implementation(self._previous_attention)
+                self._previous_attention = None
+        finally:
+            while self._handles:
+                self._handles.pop().remove()
+
+
+def _acquire(parts: ModelParts) -> _Instrumentation:
+    key = id(parts.backbone)
+    with _REGISTRY_LOCK:
+        inst = _INSTRUMENTED.get(key)
+        if inst is None or inst.parts.backbone is not parts.backbone:
+            inst = _Instrumentation(parts)
+            inst.install()
+            _INSTRUMENTED[key] = inst
+        inst.users += 1
+        return inst
+
+
+def _release(inst: _Instrumentation) -> None:
+    with _REGISTRY_LOCK:
+        inst.users -= 1
+        if inst.users == 0:
+            _INSTRUMENTED.pop(id(inst.parts.backbone), None)
+            inst.uninstall()
+
+
+def is_instrumented(model: nn.Module) -> bool:
+    """True while a capture is active on ``model`` (its hooks are installed). For tests and debugging."""
+    with _REGISTRY_LOCK:
+        return any(inst.parts.backbone is model or inst.parts.layers is getattr(model, "layers", None) for inst in _INSTRUMENTED.values())
+
+
+class CaptureHandle:
+    """An active capture that is not bound to a ``with`` block (for host frameworks' own forwards).
+
+    Usage: ``h = start_capture(parts, plan, ...)``; run the forward; ``vectors = h.close()``.
+    ``close`` must run in the context that called ``start_capture`` (same thread / task).
+    """
+
+    def __init__(self, capture: Capture, token: Token) -> None:
+        self.capture = capture
+        self._token: Token | None = token
+
+    def close(self) -> None:
+        if self._token is None:
+            return
+        token, self._token = self._token, None
+        try:
+            _ACTIVE.reset(token)
+        finally:
+            _release(self.capture.instrumentation)
+
+
+def start_capture(
+    parts: ModelParts,
+    plan: CapturePlan,
+    *,
+    attention_mask: Tensor,
+    weights: Tensor | None = None,
+    index: Tensor | None = None,
+) -> CaptureHandle:
+    """Activate a capture in the current context and return its handle (see :class:`CaptureHandle`)."""
+    inst = _acquire(parts)
+    try:
+        if plan.signal in ATTENTION_SIGNALS and not inst.interface_ok:
+            msg = (
+                f"{type(parts.backbone).__name__} ({parts.model_type!r}) does not let valuelens set its "
+                "attention implementation (it bypasses transformers' AttentionInterface), so recipes "
+                f"that read {plan.signal!r} vectors cannot run on it; hidden-state and attention-output "
+                "recipes (hs, last-token, wmp, wva, aligned-wva) still can"
+            )
+            raise UnsupportedModelError(msg)
+        capture = Capture(inst, plan, attention_mask=attention_mask, weights=weights, index=index)
+        token = _ACTIVE.set(capture)
+    except BaseException:
+        _release(inst)
+        raise
+    return CaptureHandle(capture, token)
+
+
+@contextlib.contextmanager
+def capturing(
+    parts: ModelParts,
+    plan: CapturePlan,
+    *,
+    attention_mask: Tensor,
+    weights: Tensor | None = None,
+    index: Tensor | None = None,
+) -> Iterator[Capture]:
+    """Context manager form of :func:`start_capture`; hooks are removed in ``finally``."""
+    handle = start_capture(parts, plan, attention_mask=attention_mask, weights=weights, index=index)
+    try:
+        yield handle.capture
+    finally:
+        handle.close()

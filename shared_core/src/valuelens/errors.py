@@ -1,0 +1,26 @@
+"""Exceptions raised by valuelens.
+
+Usage: ``except valuelens.errors.ValueLensError`` catches every error valuelens raises on purpose.
+"""
+
+from __future__ import annotations
+
+
+class ValueLensError(Exception):
+    """Base class of every error valuelens raises on purpose."""
+
+
+class ConfigError(ValueLensError, ValueError):
+    """An invalid recipe, prompt, layer spec or EmbedFilter setting (raised before any forward)."""
+
+
+class UnsupportedModelError(ValueLensError, ValueError):
+    """The model lacks a part a recipe needs (no attention interface, no output projection, ...)."""
+
+
+class SpaceMismatchError(ConfigError):
+    """EmbedFilter applied to an embedding that does not live in the residual stream."""
+
+
+class ModelProvisioningError(ValueLensError, RuntimeError):
+    """A bundled model could not be installed or converted (the message names the fix)."""

@@ -1,0 +1,85 @@
+"""Offline evaluation of sentence embedders on MTEB-style tasks (STS, classification, clustering, retrieval,
+reranking, pair classification) with MTEB's metrics and seeds.
+
+Usage::
+
+    from valuelens.evaluation import evaluate, results_to_markdown
+    results = [evaluate(model, name, limit=1000) for name in ("stsb", "banking77", "scifact")]
+    print(results_to_markdown({"my-recipe": results}))
+"""
+
+from __future__ import annotations
+
+from .metrics import (
+    average_precision_at_k,
+    classification_scores,
+    clustering_scores,
+    cosine_similarity_matrix,
+    ndcg_at_k,
+    pair_classification_scores,
+    paired_cosine,
+    rank_documents,
+    recall_at_k,
+    reciprocal_rank_at_k,
+    retrieval_scores,
+    sts_scores,
+    undersample_indices,
+)
+from .runner import (
+    Encoder,
+    ResultsInput,
+    TaskResult,
+    evaluate,
+    results_from_json,
+    results_to_json,
+    results_to_markdown,
+)
+from .tasks import (
+    DATA_DIR_ENV,
+    KNOWN_TASKS,
+    TASK_KINDS,
+    ClassificationData,
+    LabelledTexts,
+    PairData,
+    RetrievalData,
+    Task,
+    TaskData,
+    TaskKind,
+    default_data_dir,
+    load_task,
+)
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "KNOWN_TASKS",
+    "TASK_KINDS",
+    "ClassificationData",
+    "Encoder",
+    "LabelledTexts",
+    "PairData",
+    "ResultsInput",
+    "RetrievalData",
+    "Task",
+    "TaskData",
+    "TaskKind",
+    "TaskResult",
+    "average_precision_at_k",
+    "classification_scores",
+    "clustering_scores",
+    "cosine_similarity_matrix",
+    "default_data_dir",
+    "evaluate",
+    "load_task",
+    "ndcg_at_k",
+    "pair_classification_scores",
+    "paired_cosine",
+    "rank_documents",
+    "recall_at_k",
+    "reciprocal_rank_at_k",
+    "results_from_json",
+    "results_to_json",
+    "results_to_markdown",
+    "retrieval_scores",
+    "sts_scores",
+    "undersample_indices",
+]

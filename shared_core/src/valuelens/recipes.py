@@ -1,0 +1,123 @@
+"""The pooling recipes of the two papers: which signal each reads, how it pools tokens, its space.
+
+Usage: ``RECIPES["va"].signal`` → ``"value"``; ``get_recipe("aligned-wva").space`` → ``"residual"``.
+
+Signals (captured per selected decoder layer *i*):
+
+- ``value``: the value vectors attention really uses in layer *i* (all key/value heads, concatenated);
+- ``query`` / ``key``: the queries / keys attention uses (after q/k norms and RoPE);
+- ``head``: the per-head attention outputs *z* before the output projection (input of W_O);
+- ``attn_out``: the attention output *a* after W_O (what the layer adds to the residual stream);
+- ``hidden``: the residual stream after layer *i*;
+- ``mlp``: the MLP's intermediate activation (input of its down projection).
+
+Token pooling: ``mean`` over the pooled tokens, ``last`` (last real token), ``position`` (SGPT's
+position-weighted mean), ``last_attention`` (weighted by the last token's attention probabilities,
+averaged over the query heads of each GQA group). Layers are then averaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from valuelens.errors import ConfigError
+
+Signal = Literal["value", "query", "key", "head", "attn_out", "hidden", "mlp"]
+TokenPool = Literal["mean", "last", "position", "last_attention"]
+Space = Literal["value", "residual", "head", "query", "key", "mlp"]
+RecipeName = Literal[
+    "va",
+    "aligned-va",
+    "hs",
+    "last-token",
+    "wmp",
+    "wva-lt",
+    "wva",
+    "aligned-wva",
+    "query",
+    "key",
+    "activation",
+]
+
+#: Signals delivered by the attention function (the others come from module hooks).
+ATTENTION_SIGNALS: frozenset[str] = frozenset({"value", "query", "key"})
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a recipe captures and how it turns tokens and layers into one vector."""
+
+    name: str
+    signal: Signal
+    pool: TokenPool
+    space: Space
+    auto_layers: Literal["band", "last"]
+    summary: str
+    source: str
+    project_out: bool = False  # map the pooled values through W_O into the residual stream
+
+    @property
+    def residual(self) -> bool:
+        """True when the embedding lives in the residual stream (so EmbedFilter applies)."""
+        return self.space == "residual"
+
+
+_VA_PAPER = "Value Aggregation paper"
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe("va", "value", "mean", "value", "band", "mean value vectors over tokens and layers", f"{_VA_PAPER}, §3 (VA)"),
+        Recipe(
+            "aligned-va",
+            "value",
+            "mean",
+            "residual",
+            "band",
+            "mean value vectors mapped through W_O (GQA groups expanded) into the residual stream",
+            "valuelens (in neither paper): makes EmbedFilter applicable to VA",
+            project_out=True,
+        ),
+        Recipe("hs", "hidden", "mean", "residual", "band", "mean hidden states over tokens and layers", f"{_VA_PAPER}, baseline"),
+        Recipe("last-token", "hidden", "last", "residual", "last", "hidden state of the last real token", f"{_VA_PAPER}, baseline (LT)"),
+        Recipe("wmp", "hidden", "position", "residual", "last", "position-weighted mean of hidden states (SGPT)", f"{_VA_PAPER}, baseline (WMP)"),
+        Recipe(
+            "wva-lt",
+            "value",
+            "last_attention",
+            "value",
+            "band",
+            "value vectors weighted by the last token's attention, averaged over each GQA group",
+            f"{_VA_PAPER}, §3 (WVA)",
+        ),
+        Recipe("wva", "head", "last", "head", "band", "last token's per-head attention output z (before W_O)", f"{_VA_PAPER}, §4 (WVA with prompt)"),
+        Recipe(
+            "aligned-wva",
+            "attn_out",
+            "last",
+            "residual",
+            "band",
+            "last token's attention output after W_O, in the residual stream",
+            f"{_VA_PAPER}, §4 (AlignedWVA)",
+        ),
+        Recipe("query", "query", "mean", "query", "band", "mean query vectors (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
+        Recipe("key", "key", "mean", "key", "band", "mean key vectors (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
+        Recipe("activation", "mlp", "mean", "mlp", "band", "mean MLP intermediate activations (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
+    )
+}
+
+
+def get_recipe(name: str | Recipe) -> Recipe:
+    """Look a recipe up by name (case-insensitive; ``_`` and ``-`` are interchangeable)."""
+    if isinstance(name, Recipe):
+        return name
+    if not isinstance(name, str):
+        msg = f"recipe must be a string, got {type(name).__name__}"
+        raise ConfigError(msg)
+    key = name.strip().lower().replace("_", "-")
+    try:
+        return RECIPES[key]
+    except KeyError:
+        choices = ", ".join(repr(r) for r in RECIPES)
+        msg = f"unknown recipe {name!r}: choose one of {choices}"
+        raise ConfigError(msg) from None
