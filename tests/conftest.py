@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny_models import ARCHITECTURES, build_tiny_model, build_tokenizer  # noqa: E402
+from tiny_models import ARCHITECTURES, build_tiny_model, build_tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,9 @@ def _value_from_projection(arch: str, attention, hidden_states, n_kv: int, head_
     return v.reshape(b, n, n_kv, head_dim)
 
 
-def reference_embeddings(model, tokenizer, texts, recipe, layers, prompt=None, padding_side="right", final_norm=False):
+def reference_embeddings(
+    model, tokenizer, texts, recipe, layers, prompt=None, padding_side="right", final_norm=False
+):
     """Embeddings ``[n, dim]`` (float64 numpy) computed the slow, obvious way."""
     arch = model.config.model_type
     probe = Encoder(model, tokenizer, recipe=recipe, layers=layers, prompt=prompt)
@@ -57,14 +59,23 @@ def reference_embeddings(model, tokenizer, texts, recipe, layers, prompt=None, p
     values, queries, keys, mlp_in, layer_out = {}, {}, {}, {}, {}
     handles = []
     for i, attn in enumerate(rparts.attentions):
+
         def pre(mod, args, kwargs, i=i, attn=attn):
             hs = kwargs.get("hidden_states", args[0] if args else None)
             values[i] = _value_from_projection(arch, attn, hs, parts.n_kv_heads, parts.head_dim).detach()
+
         handles.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
         if rparts.mlp_downs[i] is not None:
-            handles.append(rparts.mlp_downs[i].register_forward_pre_hook(lambda m, a, i=i: mlp_in.__setitem__(i, a[0].detach())))
-        handles.append(rparts.layers[i].register_forward_hook(
-            lambda m, a, o, i=i: layer_out.__setitem__(i, (o[0] if isinstance(o, tuple) else o).detach())))
+            handles.append(
+                rparts.mlp_downs[i].register_forward_pre_hook(
+                    lambda m, a, i=i: mlp_in.__setitem__(i, a[0].detach())
+                )
+            )
+        handles.append(
+            rparts.layers[i].register_forward_hook(
+                lambda m, a, o, i=i: layer_out.__setitem__(i, (o[0] if isinstance(o, tuple) else o).detach())
+            )
+        )
     modeling = sys.modules[type(rparts.attentions[0]).__module__]
     original = modeling.eager_attention_forward
     layer_of = {id(a): i for i, a in enumerate(rparts.attentions)}
@@ -77,8 +88,14 @@ def reference_embeddings(model, tokenizer, texts, recipe, layers, prompt=None, p
     modeling.eager_attention_forward = recording
     try:
         with torch.no_grad():
-            out = base(input_ids=ids, attention_mask=mask, position_ids=positions, output_attentions=True,
-                       output_hidden_states=True, use_cache=False)
+            out = base(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                output_attentions=True,
+                output_hidden_states=True,
+                use_cache=False,
+            )
     finally:
         modeling.eager_attention_forward = original
         for h in handles:
@@ -126,7 +143,12 @@ def reference_embeddings(model, tokenizer, texts, recipe, layers, prompt=None, p
                     if rec.name == "wva":
                         vec = z[0]
                     else:
-                        vec = rparts.out_projs[i](torch.tensor(z, dtype=torch.float32))[0].double().detach().numpy()
+                        vec = (
+                            rparts.out_projs[i](torch.tensor(z, dtype=torch.float32))[0]
+                            .double()
+                            .detach()
+                            .numpy()
+                        )
             per_layer.append(vec)
         rows.append(np.mean(per_layer, axis=0))
     return np.stack(rows)

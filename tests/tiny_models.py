@@ -21,6 +21,7 @@ CORPUS = [
     "Scientists found water ice near the moon's south pole.",
 ]
 
+
 def _configs(vocab: int) -> dict[str, Callable[[], object]]:
     from transformers import (
         Gemma2Config,
@@ -45,10 +46,14 @@ def _configs(vocab: int) -> dict[str, Callable[[], object]]:
         "gemma2": lambda: Gemma2Config(
             **gqa, head_dim=16, query_pre_attn_scalar=16, sliding_window=7, attn_logit_softcapping=50.0
         ),
-        "gemma3_text": lambda: Gemma3TextConfig(**gqa, head_dim=16, query_pre_attn_scalar=16, sliding_window=7),
+        "gemma3_text": lambda: Gemma3TextConfig(
+            **gqa, head_dim=16, query_pre_attn_scalar=16, sliding_window=7
+        ),
         "phi3": lambda: Phi3Config(**gqa, pad_token_id=1),
         "gpt2": lambda: GPT2Config(vocab_size=vocab, n_embd=64, n_layer=4, n_head=4, n_positions=256),
-        "gpt_neox": lambda: GPTNeoXConfig(**common, intermediate_size=96, rotary_pct=0.5, max_position_embeddings=256),
+        "gpt_neox": lambda: GPTNeoXConfig(
+            **common, intermediate_size=96, rotary_pct=0.5, max_position_embeddings=256
+        ),
         "opt": lambda: OPTConfig(
             vocab_size=vocab,
             hidden_size=64,
@@ -75,7 +80,6 @@ ARCHITECTURES = [
 ]
 
 
-
 def build_tokenizer():
     """A byte-level BPE tokenizer trained on :data:`CORPUS` (a fast tokenizer with offsets)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -90,7 +94,9 @@ def build_tokenizer():
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     backend.train_from_iterator(CORPUS * 10, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    )
 
 
 _MODELS: dict[tuple[str, str], torch.nn.Module] = {}
@@ -113,5 +119,3 @@ def build_tiny_model(arch: str, vocab: int, *, head: bool = True) -> torch.nn.Mo
                     param.mul_(3.0)
         _MODELS[key] = model.eval()
     return copy.deepcopy(_MODELS[key])
-
-

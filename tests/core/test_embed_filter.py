@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from tiny_models import CORPUS, build_tiny_model
 
+from tiny_models import CORPUS, build_tiny_model
 from valuelens import EmbedFilter, Encoder
 from valuelens.embed_filter import band, load_unembedding, right_singular_vectors
 from valuelens.errors import ConfigError
@@ -25,10 +25,15 @@ def test_gram_eigh_matches_direct_svd():
     _, s_svd, vh_svd = torch.linalg.svd(w, full_matrices=False)
     torch.testing.assert_close(s_gram, s_svd, atol=1e-3, rtol=1e-4)
     start, stop = band(48, 2)
-    torch.testing.assert_close(_band_projector(vh_gram, start, stop), _band_projector(vh_svd, start, stop), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        _band_projector(vh_gram, start, stop), _band_projector(vh_svd, start, stop), atol=1e-5, rtol=0
+    )
 
 
-@pytest.mark.parametrize(("d", "tau", "offset", "want"), [(576, 2, 0, (144, 432)), (576, 4, 0, (216, 360)), (4096, 2, 128, (1152, 3200)), (10, 3, 0, (3, 6))])
+@pytest.mark.parametrize(
+    ("d", "tau", "offset", "want"),
+    [(576, 2, 0, (144, 432)), (576, 4, 0, (216, 360)), (4096, 2, 128, (1152, 3200)), (10, 3, 0, (3, 6))],
+)
 def test_band_follows_the_official_code(d, tau, offset, want):
     # official: k = d // tau; keep Vh[(d-k)//2 : (d-k)//2 + k] (+ an offset, as for Mistral)
     assert band(d, tau, offset) == want
@@ -46,7 +51,9 @@ def test_from_model_equals_direct_svd_projection(tiny_tokenizer):
     w = model.lm_head.weight.detach()
     _, _, vh = torch.linalg.svd(w.double(), full_matrices=False)
     start, stop = band(64, 2)
-    torch.testing.assert_close(_band_projector(ef.projection, 0, ef.dimension), _band_projector(vh, start, stop), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        _band_projector(ef.projection, 0, ef.dimension), _band_projector(vh, start, stop), atol=1e-5, rtol=0
+    )
     x = torch.randn(5, 64)
     # distances after the kept band equal distances after the full projector V_band V_band^T
     full = x.double() @ _band_projector(vh, start, stop)
@@ -62,15 +69,35 @@ def test_from_path_loads_only_the_head(tmp_path, tiny_tokenizer):
     torch.testing.assert_close(w, model.get_output_embeddings().weight.detach())
     a = EmbedFilter.from_model(tmp_path, tau=4)
     b = EmbedFilter.from_model(model, tau=4)
-    torch.testing.assert_close(_band_projector(a.projection, 0, 16), _band_projector(b.projection, 0, 16), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        _band_projector(a.projection, 0, 16), _band_projector(b.projection, 0, 16), atol=1e-5, rtol=0
+    )
 
 
 def test_tied_base_model_uses_embeddings_and_untied_base_model_needs_a_path(tiny_tokenizer):
     from transformers import AutoModel, LlamaConfig
 
-    tied = AutoModel.from_config(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, tie_word_embeddings=True))
+    tied = AutoModel.from_config(
+        LlamaConfig(
+            vocab_size=300,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            tie_word_embeddings=True,
+        )
+    )
     assert EmbedFilter.from_model(tied, tau=2).dimension == 16
-    untied = AutoModel.from_config(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, tie_word_embeddings=False))
+    untied = AutoModel.from_config(
+        LlamaConfig(
+            vocab_size=300,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            tie_word_embeddings=False,
+        )
+    )
     with pytest.raises(ConfigError, match="pass the model's path"):
         EmbedFilter.from_model(untied, tau=2)
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from tiny_models import CORPUS, build_tiny_model
 
 import valuelens
-from valuelens import Encoder, RECIPES, TruncationWarning
+from tiny_models import CORPUS, build_tiny_model
+from valuelens import RECIPES, Encoder, TruncationWarning
 from valuelens.capture import _INSTRUMENTED
 from valuelens.errors import ConfigError, SpaceMismatchError
 
@@ -33,7 +33,7 @@ def test_shapes_single_string_and_empty_list(enc):
     np.testing.assert_allclose(single, enc.encode([CORPUS[0]])[0], atol=1e-6)
     empty = enc.encode([])
     assert empty.shape == (0, enc.dimension) and empty.dtype == np.float32
-    assert enc.encode((t for t in CORPUS[:2])).shape == (2, enc.dimension)
+    assert enc.encode(t for t in CORPUS[:2]).shape == (2, enc.dimension)
 
 
 def test_convert_to_tensor_and_normalize(enc):
@@ -69,7 +69,7 @@ def test_empty_and_whitespace_texts_are_finite(tiny_llama, tiny_tokenizer, recip
 
 
 def test_order_restored_and_batch_size_invariant(enc):
-    texts = CORPUS + ["short", "a much longer sentence about many different things " * 3]
+    texts = [*CORPUS, "short", "a much longer sentence about many different things " * 3]
     full = enc.encode(texts, batch_size=len(texts))
     for bs in (1, 3):
         np.testing.assert_allclose(enc.encode(texts, batch_size=bs), full, atol=1e-5)
@@ -118,11 +118,16 @@ def test_hooks_removed_when_forward_raises(tiny_llama, tiny_tokenizer):
     assert enc.encode(CORPUS[:2]).shape == (2, enc.dimension)  # still usable
 
 
-@pytest.mark.parametrize(("recipe", "layers", "ran"), [("va", [1], [0, 1]), ("hs", [0, 2], [0, 1, 2]), ("aligned-wva", [0], [0])])
+@pytest.mark.parametrize(
+    ("recipe", "layers", "ran"), [("va", [1], [0, 1]), ("hs", [0, 2], [0, 1, 2]), ("aligned-wva", [0], [0])]
+)
 def test_early_exit_skips_later_layers(tiny_llama, tiny_tokenizer, recipe, layers, ran):
     enc = Encoder(tiny_llama, tiny_tokenizer, recipe=recipe, layers=layers)
     calls: list[int] = []
-    handles = [layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i)) for i, layer in enumerate(enc.parts.layers)]
+    handles = [
+        layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+        for i, layer in enumerate(enc.parts.layers)
+    ]
     mlp_calls: list[int] = []
     handles.append(tiny_llama.model.norm.register_forward_pre_hook(lambda m, a: mlp_calls.append(1)))
     try:
@@ -135,10 +140,15 @@ def test_early_exit_skips_later_layers(tiny_llama, tiny_tokenizer, recipe, layer
 
 
 def test_threads_share_one_model(tiny_llama, tiny_tokenizer):
-    encoders = [Encoder(tiny_llama, tiny_tokenizer, recipe=r, layers="all") for r in ("va", "hs", "wva-lt", "aligned-wva")]
+    encoders = [
+        Encoder(tiny_llama, tiny_tokenizer, recipe=r, layers="all")
+        for r in ("va", "hs", "wva-lt", "aligned-wva")
+    ]
     expected = [e.encode(CORPUS) for e in encoders]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [(i, pool.submit(encoders[i].encode, CORPUS, 2)) for _ in range(6) for i in range(len(encoders))]
+        futures = [
+            (i, pool.submit(encoders[i].encode, CORPUS, 2)) for _ in range(6) for i in range(len(encoders))
+        ]
         for i, fut in futures:
             np.testing.assert_allclose(fut.result(), expected[i], atol=1e-5)
     assert not _INSTRUMENTED and tiny_llama.config._attn_implementation == "sdpa"
@@ -189,17 +199,21 @@ def test_half_precision_runs_in_fp32_accumulation(tiny_tokenizer, dtype):
 def test_metaeol_is_the_mean_of_eight_normalized_passes(tiny_llama, tiny_tokenizer):
     from valuelens.prompts import NAMED_PROMPTS
 
-    meta = Encoder(tiny_llama, tiny_tokenizer, recipe="aligned-wva", layers="all", prompt="metaeol", max_length=1024)
+    meta = Encoder(
+        tiny_llama, tiny_tokenizer, recipe="aligned-wva", layers="all", prompt="metaeol", max_length=1024
+    )
     got = meta.encode(CORPUS[:2])
     parts = [
-        Encoder(tiny_llama, tiny_tokenizer, recipe="aligned-wva", layers="all", prompt=t, max_length=1024).encode(CORPUS[:2], normalize=True)
+        Encoder(
+            tiny_llama, tiny_tokenizer, recipe="aligned-wva", layers="all", prompt=t, max_length=1024
+        ).encode(CORPUS[:2], normalize=True)
         for t in NAMED_PROMPTS["metaeol"]
     ]
     np.testing.assert_allclose(got, np.mean(parts, axis=0), atol=1e-5)
 
 
 def test_config_errors_before_any_forward(tiny_llama, tiny_tokenizer):
-    with pytest.raises(ConfigError, match="unknown recipe 'vaa'.*'va'"):
+    with pytest.raises(ConfigError, match=r"unknown recipe 'vaa'.*'va'"):
         Encoder(tiny_llama, tiny_tokenizer, recipe="vaa")
     with pytest.raises(ConfigError, match="unknown prompt"):
         Encoder(tiny_llama, tiny_tokenizer, prompt="eol")
@@ -225,7 +239,9 @@ def test_from_pretrained_loads_only_needed_layers(tmp_path, tiny_tokenizer, arch
     loaded = Encoder.from_pretrained(tmp_path, recipe=recipe, layers=[1], device="cpu", dtype="float32")
     assert loaded.parts.n_layers == 2  # layers 2.. were never loaded
     np.testing.assert_allclose(loaded.encode(CORPUS), full, atol=1e-5)
-    keep_all = Encoder.from_pretrained(tmp_path, recipe=recipe, layers=[1], truncate_layers=False, dtype="float32")
+    keep_all = Encoder.from_pretrained(
+        tmp_path, recipe=recipe, layers=[1], truncate_layers=False, dtype="float32"
+    )
     assert keep_all.parts.n_layers == 4
     np.testing.assert_allclose(keep_all.encode(CORPUS), full, atol=1e-5)
 
@@ -234,3 +250,28 @@ def test_repr_and_public_api(enc):
     assert "recipe='va'" in repr(enc) and f"dim={enc.dimension}" in repr(enc)
     assert set(valuelens.__all__) >= {"Encoder", "EmbedFilter", "RECIPES", "__version__", "ValueLensError"}
     assert valuelens.__version__ == "0.1.0"
+
+
+def test_encode_many_shares_forward_passes(tiny_llama, tiny_tokenizer):
+    from valuelens.encoder import encode_many
+
+    recipes = [
+        ("va", None),
+        ("hs", None),
+        ("wva-lt", None),
+        ("aligned-wva", "prompteol"),
+        ("last-token", "prompteol"),
+    ]
+    encoders = [Encoder(tiny_llama, tiny_tokenizer, recipe=r, layers="all", prompt=p) for r, p in recipes]
+    separate = [e.encode(CORPUS) for e in encoders]
+    calls: list[int] = []
+    handle = encoders[0].parts.layers[0].register_forward_pre_hook(lambda m, a: calls.append(a[0].shape[0]))
+    try:
+        together = encode_many(encoders, CORPUS, batch_size=4)
+    finally:
+        handle.remove()
+    for got, want in zip(together, separate, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    # two prompt groups (none, prompteol) x two batches of 4 = 4 forwards for 5 recipes
+    assert len(calls) == 4
+    assert encode_many(encoders[:2], [])[0].shape == (0, encoders[0].dimension)

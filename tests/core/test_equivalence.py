@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from reference import reference_embeddings
 from tiny_models import CORPUS
-
 from valuelens import RECIPES, Encoder
 
 TEXTS = [CORPUS[0], "Cats.", CORPUS[4] + " " + CORPUS[5], CORPUS[2]]
@@ -28,5 +28,7 @@ def test_prompted_recipes_left_padding(tiny_model, tiny_tokenizer, recipe, promp
     tiny_tokenizer.padding_side = "left"
     enc = Encoder(tiny_model, tiny_tokenizer, recipe=recipe, layers="all", prompt=prompt)
     got = enc.encode(TEXTS, batch_size=4)
-    want = reference_embeddings(tiny_model, tiny_tokenizer, TEXTS, recipe, "all", prompt=prompt, padding_side="left")
+    want = reference_embeddings(
+        tiny_model, tiny_tokenizer, TEXTS, recipe, "all", prompt=prompt, padding_side="left"
+    )
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)

@@ -58,7 +58,9 @@ def test_empty_text_gets_a_token(tiny_tokenizer):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_collate_shifts_spans(tiny_tokenizer, side):
-    items, _ = tokenize(tiny_tokenizer, ["A cat.", "A man is playing a guitar."], prompt=resolve_prompt("echo"), max_length=64)
+    items, _ = tokenize(
+        tiny_tokenizer, ["A cat.", "A man is playing a guitar."], prompt=resolve_prompt("echo"), max_length=64
+    )
     batch = collate(items, pad_id=1, padding_side=side)
     for row, item in enumerate(items):
         got = batch.input_ids[row, batch.span_start[row] : batch.span_end[row]].tolist()

@@ -14,7 +14,13 @@ from importlib.metadata import PackageNotFoundError, version
 from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder, EncoderConfig, TruncationWarning
-from valuelens.errors import ConfigError, ModelProvisioningError, SpaceMismatchError, UnsupportedModelError, ValueLensError
+from valuelens.errors import (
+    ConfigError,
+    ModelProvisioningError,
+    SpaceMismatchError,
+    UnsupportedModelError,
+    ValueLensError,
+)
 from valuelens.prompts import NAMED_PROMPTS, Prompt
 from valuelens.recipes import RECIPES, Recipe
 

@@ -20,7 +20,14 @@ _ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 _OUT_PROJ_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "o")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn")
 _DOWN_NAMES = ("down_proj", "fc2", "c_proj", "dense_4h_to_h", "w2", "fc_out")
-_NORM_PATHS = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "decoder.final_layer_norm", "model.norm")
+_NORM_PATHS = (
+    "norm",
+    "ln_f",
+    "final_layer_norm",
+    "final_layernorm",
+    "decoder.final_layer_norm",
+    "model.norm",
+)
 
 
 def _get_path(root: nn.Module, path: str) -> nn.Module | None:
@@ -150,7 +157,9 @@ def locate(model: nn.Module) -> ModelParts:
         msg = f"the config of {model_type!r} lacks hidden_size / num_attention_heads"
         raise UnsupportedModelError(msg)
     n_kv = _config_int(text_config, "num_key_value_heads", "n_head_kv", "num_kv_heads") or n_heads
-    if getattr(text_config, "multi_query", False) and not getattr(text_config, "new_decoder_architecture", False):
+    if getattr(text_config, "multi_query", False) and not getattr(
+        text_config, "new_decoder_architecture", False
+    ):
         n_kv = 1
     head_dim = _config_int(text_config, "head_dim") or hidden // n_heads
     intermediate = _config_int(text_config, "intermediate_size", "n_inner", "ffn_dim")

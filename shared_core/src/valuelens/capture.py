@@ -3,12 +3,14 @@
 Usage::
 
     plan = CapturePlan(signal="value", pool="mean", layers=(10, 11, 12))
-    with capturing(parts, plan, attention_mask=mask, weights=w) as cap:
+    with capturing(parts, [plan], attention_mask=mask, weights={"mean": w}) as session:
         try:
             parts.backbone(input_ids=ids, attention_mask=mask)
-        except StopForward:          # raised after the deepest selected layer: the rest never runs
+        except StopForward:          # raised once every plan has its deepest layer: the rest never runs
             pass
-    per_layer = cap.layer_vectors()  # [B, F] fp32 per selected layer, in layer order
+    per_layer = session.captures[0].layer_vectors()  # [B, F] fp32 per selected layer, in layer order
+
+Several plans (recipes) can share one forward: each gets its own vectors.
 
 How it works. While at least one capture is active on a model, that model is *instrumented*: its
 attention implementation is switched to ``valuelens_sdpa`` (or ``valuelens_eager`` where the model
@@ -17,7 +19,8 @@ needs eager attention, e.g. Gemma-2's logit softcapping), a function registered 
 exact q/k/v attention uses and then delegates to sdpa/eager; and forward hooks sit on each decoder
 layer, output projection and MLP down projection. Every hook and the attention function look up the
 *active capture of the calling context* in a ``ContextVar``; a context with no capture passes
-through untouched, so threads and async callers can share one model. The first capture installs the
+through untouched, so threads and async callers can share one model. One forward can serve several
+plans at once (e.g. every recipe of an evaluation that uses the same prompt). The first capture installs the
 instrumentation and the last one removes it (and restores the attention implementation), in
 ``finally`` blocks, also when the forward raises.
 
@@ -30,7 +33,7 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
@@ -43,9 +46,18 @@ from valuelens.errors import UnsupportedModelError
 from valuelens.pooling import pool_heads, pool_tokens
 from valuelens.recipes import ATTENTION_SIGNALS, Signal, TokenPool
 
-__all__ = ["CapturePlan", "Capture", "StopForward", "capturing", "start_capture", "last_token_attention"]
+__all__ = [
+    "Capture",
+    "CaptureHandle",
+    "CapturePlan",
+    "CaptureSession",
+    "StopForward",
+    "capturing",
+    "last_token_attention",
+    "start_capture",
+]
 
-_ACTIVE: ContextVar[Capture | None] = ContextVar("valuelens_active_capture", default=None)
+_ACTIVE: ContextVar[CaptureSession | None] = ContextVar("valuelens_active_capture", default=None)
 _REGISTRY_LOCK = threading.Lock()
 _INSTRUMENTED: dict[int, _Instrumentation] = {}
 _ATTENTION_NAMES = {"sdpa": "valuelens_sdpa", "eager": "valuelens_eager"}
@@ -60,14 +72,13 @@ class CapturePlan:
     """What to capture: one signal, pooled one way, at some layers.
 
     ``final_norm`` applies the model's final norm to each token's hidden state before pooling
-    (``hidden`` only). ``stop_early`` ends the forward (``StopForward``) once the deepest layer is in.
+    (``hidden`` only).
     """
 
     signal: Signal
     pool: TokenPool
     layers: tuple[int, ...]
     final_norm: bool = False
-    stop_early: bool = True
 
     def __post_init__(self) -> None:
         if self.pool == "last_attention" and self.signal != "value":
@@ -82,16 +93,10 @@ class CapturePlan:
 
 
 class Capture:
-    """The state of one capture: the plan, the batch's pooling weights, and the vectors caught."""
+    """The state of one plan in a capture: its pooling weights and the vectors caught so far."""
 
     def __init__(
-        self,
-        instrumentation: _Instrumentation,
-        plan: CapturePlan,
-        *,
-        attention_mask: Tensor,
-        weights: Tensor | None = None,
-        index: Tensor | None = None,
+        self, plan: CapturePlan, *, weights: Tensor | None, index: Tensor | None, shape: tuple[int, int]
     ) -> None:
         if plan.pool in ("mean", "position") and weights is None:
             msg = f"pool={plan.pool!r} needs token weights"
@@ -99,23 +104,22 @@ class Capture:
         if plan.pool in ("last", "last_attention") and index is None:
             msg = f"pool={plan.pool!r} needs the last-token index"
             raise ValueError(msg)
-        self.instrumentation = instrumentation
         self.plan = plan
-        self.attention_mask = attention_mask
         self.weights = weights
         self.index = index
+        self._shape = shape
         self._layers = frozenset(plan.layers)
-        self._deepest = max(plan.layers)
         self._vectors: dict[int, Tensor] = {}
 
-    # -- called from hooks -------------------------------------------------------------------
     def wants(self, layer: int | None, signal: str) -> bool:
         return layer is not None and signal == self.plan.signal and layer in self._layers
 
     def record(self, layer: int, vector: Tensor) -> None:
         self._vectors[layer] = vector
-        if self.plan.stop_early and layer == self._deepest:
-            raise StopForward
+
+    @property
+    def done(self) -> bool:
+        return len(self._vectors) == len(self._layers)
 
     def pool(self, x: Tensor) -> Tensor:
         """Pool ``[B, N, F]`` token features as the plan says (``last`` or weighted).
@@ -124,27 +128,46 @@ class Capture:
         inputs are viewed back as ``[B, N, F]``.
         """
         if x.dim() == 2:
-            x = x.view(*self.attention_mask.shape, -1)
+            x = x.view(*self._shape, -1)
         if self.plan.pool == "last":
             return pool_tokens(x, index=self.index)
         return pool_tokens(x, weights=self.weights)
 
-    # -- results ---------------------------------------------------------------------------
     def layer_vectors(self) -> list[Tensor]:
         """Per-layer sentence vectors ``[B, F]`` in the plan's layer order."""
         missing = [layer for layer in self.plan.layers if layer not in self._vectors]
         if missing:
-            parts = self.instrumentation.parts
             hint = ""
             if self.plan.signal in ATTENTION_SIGNALS:
                 hint = (
-                    f" The attention of {parts.model_type!r} did not go through transformers' attention "
-                    "interface; recipes that read values, queries or keys need a model that does "
-                    "(most decoder families since transformers 4.48)."
+                    " The model's attention did not go through transformers' attention interface; recipes "
+                    "that read values, queries or keys need a model that does (most decoder families since "
+                    "transformers 4.48)."
                 )
             msg = f"no {self.plan.signal!r} signal was captured at layers {missing}.{hint}"
             raise UnsupportedModelError(msg)
         return [self._vectors[layer] for layer in self.plan.layers]
+
+
+class CaptureSession:
+    """The captures active in one context on one model; ends the forward once all are complete."""
+
+    def __init__(
+        self,
+        instrumentation: _Instrumentation,
+        captures: tuple[Capture, ...],
+        *,
+        attention_mask: Tensor,
+        stop_early: bool,
+    ) -> None:
+        self.instrumentation = instrumentation
+        self.captures = captures
+        self.attention_mask = attention_mask
+        self.stop_early = stop_early
+
+    def check_stop(self) -> None:
+        if self.stop_early and all(cap.done for cap in self.captures):
+            raise StopForward
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,7 +217,9 @@ def last_token_attention(
     return probs.mean(dim=2)
 
 
-def _reduce_attention_signal(cap: Capture, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, kwargs: dict) -> Tensor:
+def _reduce_attention_signal(
+    cap: Capture, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, kwargs: dict
+) -> Tensor:
     signal, pool = cap.plan.signal, cap.plan.pool
     if pool == "last_attention":
         probs = last_token_attention(
@@ -220,12 +245,25 @@ def _eager_for(module_type: type) -> Callable[..., Any]:
     return eager
 
 
-def _capture_attention(delegate: str, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs: Any):
-    cap = _ACTIVE.get()
-    if cap is not None:
-        layer = cap.instrumentation.attention_layer(module)
-        if cap.wants(layer, cap.plan.signal) and cap.plan.signal in ATTENTION_SIGNALS:
-            cap.record(layer, _reduce_attention_signal(cap, query, key, value, attention_mask, kwargs))
+def _capture_attention(
+    delegate: str,
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    **kwargs: Any,
+):
+    session = _ACTIVE.get()
+    if session is not None:
+        layer = session.instrumentation.attention_layer(module)
+        recorded = False
+        for cap in session.captures:
+            if cap.plan.signal in ATTENTION_SIGNALS and cap.wants(layer, cap.plan.signal):
+                cap.record(layer, _reduce_attention_signal(cap, query, key, value, attention_mask, kwargs))
+                recorded = True
+        if recorded:
+            session.check_stop()
     if delegate == "eager":
         return _eager_for(type(module))(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -258,42 +296,65 @@ def _register_attention_functions() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _active_for(instrumentation: _Instrumentation) -> Capture | None:
-    cap = _ACTIVE.get()
-    return cap if cap is not None and cap.instrumentation is instrumentation else None
+def _active_for(instrumentation: _Instrumentation) -> CaptureSession | None:
+    session = _ACTIVE.get()
+    return session if session is not None and session.instrumentation is instrumentation else None
 
 
-def _layer_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Any) -> None:
-    cap = _active_for(instrumentation)
-    if cap is None or not cap.wants(layer, "hidden"):
+def _layer_hook(
+    instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Any
+) -> None:
+    session = _active_for(instrumentation)
+    if session is None:
         return
     hidden = output[0] if isinstance(output, (tuple, list)) else output
-    if cap.plan.final_norm:
-        norm = instrumentation.parts.final_norm
-        if norm is None:
-            msg = f"{instrumentation.parts.model_type!r} has no final norm to apply (final_norm=True)"
-            raise UnsupportedModelError(msg)
-        hidden = norm(hidden)
-    cap.record(layer, cap.pool(hidden))
+    normed = None
+    recorded = False
+    for cap in session.captures:
+        if not cap.wants(layer, "hidden"):
+            continue
+        if cap.plan.final_norm:
+            if normed is None:
+                norm = instrumentation.parts.final_norm
+                if norm is None:
+                    msg = f"{instrumentation.parts.model_type!r} has no final norm to apply (final_norm=True)"
+                    raise UnsupportedModelError(msg)
+                normed = norm(hidden)
+            cap.record(layer, cap.pool(normed))
+        else:
+            cap.record(layer, cap.pool(hidden))
+        recorded = True
+    if recorded:
+        session.check_stop()
+
+
+def _record_tokens(instrumentation: _Instrumentation, layer: int, signal: str, tokens: Tensor) -> None:
+    session = _active_for(instrumentation)
+    if session is None:
+        return
+    recorded = False
+    for cap in session.captures:
+        if cap.wants(layer, signal):
+            cap.record(layer, cap.pool(tokens))
+            recorded = True
+    if recorded:
+        session.check_stop()
 
 
 def _out_proj_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple) -> None:
-    cap = _active_for(instrumentation)
-    if cap is not None and cap.wants(layer, "head"):
-        cap.record(layer, cap.pool(args[0]))
+    _record_tokens(instrumentation, layer, "head", args[0])
 
 
-def _out_proj_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Tensor) -> None:
-    cap = _active_for(instrumentation)
-    if cap is not None and cap.wants(layer, "attn_out"):
-        out = output[0] if isinstance(output, (tuple, list)) else output
-        cap.record(layer, cap.pool(out))
+def _out_proj_hook(
+    instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, output: Tensor
+) -> None:
+    _record_tokens(
+        instrumentation, layer, "attn_out", output[0] if isinstance(output, (tuple, list)) else output
+    )
 
 
 def _mlp_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple) -> None:
-    cap = _active_for(instrumentation)
-    if cap is not None and cap.wants(layer, "mlp"):
-        cap.record(layer, cap.pool(args[0]))
+    _record_tokens(instrumentation, layer, "mlp", args[0])
 
 
 class _Instrumentation:
@@ -316,11 +377,17 @@ class _Instrumentation:
             for i, layer in enumerate(parts.layers):
                 self._handles.append(layer.register_forward_hook(functools.partial(_layer_hook, self, i)))
                 out_proj = parts.out_projs[i]
-                self._handles.append(out_proj.register_forward_pre_hook(functools.partial(_out_proj_pre_hook, self, i)))
-                self._handles.append(out_proj.register_forward_hook(functools.partial(_out_proj_hook, self, i)))
+                self._handles.append(
+                    out_proj.register_forward_pre_hook(functools.partial(_out_proj_pre_hook, self, i))
+                )
+                self._handles.append(
+                    out_proj.register_forward_hook(functools.partial(_out_proj_hook, self, i))
+                )
                 down = parts.mlp_downs[i]
                 if down is not None:
-                    self._handles.append(down.register_forward_pre_hook(functools.partial(_mlp_pre_hook, self, i)))
+                    self._handles.append(
+                        down.register_forward_pre_hook(functools.partial(_mlp_pre_hook, self, i))
+                    )
             self._switch_attention()
         except BaseException:
             self.uninstall()
@@ -373,20 +440,24 @@ def _release(inst: _Instrumentation) -> None:
 
 
 def is_instrumented(model: nn.Module) -> bool:
-    """True while a capture is active on ``model`` (its hooks are installed). For tests and debugging."""
+    """True while a capture is active on ``model``'s backbone (its hooks are installed)."""
+    from valuelens.architectures import backbone_of
+
+    backbone = backbone_of(model)
     with _REGISTRY_LOCK:
-        return any(inst.parts.backbone is model or inst.parts.layers is getattr(model, "layers", None) for inst in _INSTRUMENTED.values())
+        return any(inst.parts.backbone is backbone for inst in _INSTRUMENTED.values())
 
 
 class CaptureHandle:
     """An active capture that is not bound to a ``with`` block (for host frameworks' own forwards).
 
-    Usage: ``h = start_capture(parts, plan, ...)``; run the forward; ``vectors = h.close()``.
-    ``close`` must run in the context that called ``start_capture`` (same thread / task).
+    Usage: ``h = start_capture(parts, plans, ...)``; run the forward; ``h.close()``; read
+    ``h.session.captures[i].layer_vectors()``. ``close`` must run in the context that called
+    ``start_capture`` (same thread / task).
     """
 
-    def __init__(self, capture: Capture, token: Token) -> None:
-        self.capture = capture
+    def __init__(self, session: CaptureSession, token: Token) -> None:
+        self.session = session
         self._token: Token | None = token
 
     def close(self) -> None:
@@ -396,48 +467,66 @@ class CaptureHandle:
         try:
             _ACTIVE.reset(token)
         finally:
-            _release(self.capture.instrumentation)
+            _release(self.session.instrumentation)
 
 
 def start_capture(
     parts: ModelParts,
-    plan: CapturePlan,
+    plans: Sequence[CapturePlan],
     *,
     attention_mask: Tensor,
-    weights: Tensor | None = None,
+    weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
+    stop_early: bool = True,
 ) -> CaptureHandle:
-    """Activate a capture in the current context and return its handle (see :class:`CaptureHandle`)."""
+    """Activate captures for ``plans`` in the current context and return the handle.
+
+    ``weights`` maps a token pool (``"mean"``, ``"position"``) to its ``[B, N]`` weights; ``index``
+    holds each row's last real token. With ``stop_early`` the forward ends (``StopForward``) as soon
+    as every plan has all its layers.
+    """
+    if not plans:
+        msg = "start_capture needs at least one plan"
+        raise ValueError(msg)
+    weights = weights or {}
+    shape = (int(attention_mask.shape[0]), int(attention_mask.shape[1]))
+    captures = tuple(
+        Capture(plan, weights=weights.get(plan.pool), index=index, shape=shape) for plan in plans
+    )
     inst = _acquire(parts)
     try:
-        if plan.signal in ATTENTION_SIGNALS and not inst.interface_ok:
+        needs_interface = [plan.signal for plan in plans if plan.signal in ATTENTION_SIGNALS]
+        if needs_interface and not inst.interface_ok:
             msg = (
                 f"{type(parts.backbone).__name__} ({parts.model_type!r}) does not let valuelens set its "
                 "attention implementation (it bypasses transformers' AttentionInterface), so recipes "
-                f"that read {plan.signal!r} vectors cannot run on it; hidden-state and attention-output "
-                "recipes (hs, last-token, wmp, wva, aligned-wva) still can"
+                f"that read {needs_interface[0]!r} vectors cannot run on it; hidden-state and "
+                "attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
             )
             raise UnsupportedModelError(msg)
-        capture = Capture(inst, plan, attention_mask=attention_mask, weights=weights, index=index)
-        token = _ACTIVE.set(capture)
+        session = CaptureSession(inst, captures, attention_mask=attention_mask, stop_early=stop_early)
+        token = _ACTIVE.set(session)
     except BaseException:
         _release(inst)
         raise
-    return CaptureHandle(capture, token)
+    return CaptureHandle(session, token)
 
 
 @contextlib.contextmanager
 def capturing(
     parts: ModelParts,
-    plan: CapturePlan,
+    plans: Sequence[CapturePlan],
     *,
     attention_mask: Tensor,
-    weights: Tensor | None = None,
+    weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
-) -> Iterator[Capture]:
+    stop_early: bool = True,
+) -> Iterator[CaptureSession]:
     """Context manager form of :func:`start_capture`; hooks are removed in ``finally``."""
-    handle = start_capture(parts, plan, attention_mask=attention_mask, weights=weights, index=index)
+    handle = start_capture(
+        parts, plans, attention_mask=attention_mask, weights=weights, index=index, stop_early=stop_early
+    )
     try:
-        yield handle.capture
+        yield handle.session
     finally:
         handle.close()

@@ -38,7 +38,9 @@ _SPECTRA: dict[int, tuple[weakref.ref, int, tuple[Tensor, Tensor]]] = {}
 _SPECTRA_LOCK = threading.Lock()
 
 
-def right_singular_vectors(weight: Tensor, method: Literal["gram", "svd"] = "gram", chunk: int = 8192) -> tuple[Tensor, Tensor]:
+def right_singular_vectors(
+    weight: Tensor, method: Literal["gram", "svd"] = "gram", chunk: int = 8192
+) -> tuple[Tensor, Tensor]:
     """Right singular vectors (rows, large to small) and singular values of ``weight`` ``[V, d]``.
 
     ``"gram"`` accumulates W_Uᵀ W_U in fp64 over row chunks and diagonalizes it; ``"svd"`` calls
@@ -100,7 +102,9 @@ def unembedding_weight(model: nn.Module) -> Tensor:
     if head is not None and getattr(head, "weight", None) is not None:
         return head.weight
     config = getattr(model, "config", None)
-    tied = bool(getattr(config.get_text_config() if config is not None else None, "tie_word_embeddings", False))
+    tied = bool(
+        getattr(config.get_text_config() if config is not None else None, "tie_word_embeddings", False)
+    )
     if tied and hasattr(model, "get_input_embeddings"):
         return model.get_input_embeddings().weight
     msg = (
@@ -148,7 +152,9 @@ class EmbedFilter:
         return cls(vh[start:stop].clone(), float(tau), int(offset), d, s[start:stop].clone())
 
     @classmethod
-    def from_model(cls, model_or_path: nn.Module | str | os.PathLike, tau: float = 2, offset: int = 0) -> EmbedFilter:
+    def from_model(
+        cls, model_or_path: nn.Module | str | os.PathLike, tau: float = 2, offset: int = 0
+    ) -> EmbedFilter:
         """Build from a loaded causal LM (or base model with tied embeddings) or a checkpoint path."""
         band(10**6, tau, 0)  # validate tau before any loading
         if isinstance(model_or_path, nn.Module):
@@ -188,7 +194,12 @@ class EmbedFilter:
         return (x.to(torch.float32) @ p.T).to(x.dtype if x.is_floating_point() else torch.float32)
 
     def config(self) -> dict[str, Any]:
-        return {"tau": self.tau, "offset": self.offset, "hidden_size": self.hidden_size, "dimension": self.dimension}
+        return {
+            "tau": self.tau,
+            "offset": self.offset,
+            "hidden_size": self.hidden_size,
+            "dimension": self.dimension,
+        }
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``embed_filter.json`` and ``embed_filter.safetensors`` into ``directory``."""

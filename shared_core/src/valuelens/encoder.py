@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import warnings
@@ -31,7 +32,14 @@ from valuelens.prompts import Prompt, resolve_prompt
 from valuelens.recipes import Recipe, get_recipe
 from valuelens.tokenization import Batch, TokenizedText, collate, tokenize
 
-__all__ = ["Encoder", "EncoderConfig", "TruncationWarning", "default_layers"]
+__all__ = [
+    "Encoder",
+    "EncoderConfig",
+    "TruncationWarning",
+    "default_layers",
+    "embed_batch_group",
+    "encode_many",
+]
 
 DEFAULT_MAX_LENGTH = 512
 Combine = Literal["mean", "normalized-mean"]
@@ -73,14 +81,18 @@ class EncoderConfig:
             band(10**6, self.embed_filter, 0)
             if not recipe.residual:
                 raise SpaceMismatchError(_space_message(recipe))
-        if self.max_length is not None and (isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1):
+        if self.max_length is not None and (
+            isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1
+        ):
             msg = f"max_length must be a positive int or None, got {self.max_length!r}"
             raise ConfigError(msg)
         if self.combine not in ("mean", "normalized-mean"):
             msg = f"combine must be 'mean' or 'normalized-mean', got {self.combine!r}"
             raise ConfigError(msg)
         if self.final_norm and recipe.signal != "hidden":
-            msg = f"final_norm=True applies to hidden-state recipes (hs, last-token, wmp), not {recipe.name!r}"
+            msg = (
+                f"final_norm=True applies to hidden-state recipes (hs, last-token, wmp), not {recipe.name!r}"
+            )
             raise ConfigError(msg)
 
 
@@ -104,7 +116,14 @@ def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: 
 def _resolve_dtype(dtype: DTypeSpec) -> torch.dtype | str | None:
     if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     try:
         return table[str(dtype).lower()]
     except KeyError:
@@ -164,7 +183,9 @@ class Encoder:
             final_norm=final_norm,
         )
         self.recipe: Recipe = get_recipe(self.config.recipe)
-        self.prompt: Prompt | None = prompt if isinstance(prompt, Prompt) else resolve_prompt(self.config.prompt)
+        self.prompt: Prompt | None = (
+            prompt if isinstance(prompt, Prompt) else resolve_prompt(self.config.prompt)
+        )
         self.model = model
         self.tokenizer = tokenizer
         self.name_or_path = name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None)
@@ -212,22 +233,36 @@ class Encoder:
         """Load a model folder, a bundled model name (``"smollm2-135m"``, ...) or a hub id.
 
         Only the layers up to the deepest selected one are loaded (``truncate_layers``), and no LM head.
-        ``path=None`` uses the embedded default model. ``device`` defaults to CUDA when available.
+        ``path=None`` uses the embedded default model. ``device`` defaults to CUDA when available;
+        ``dtype=None`` means float32 on CPU and the checkpoint's dtype elsewhere.
         """
         from transformers import AutoConfig, AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
         from valuelens import models
 
         tau = embed_filter.tau if isinstance(embed_filter, EmbedFilter) else embed_filter
-        EncoderConfig(recipe=recipe, layers=layers, prompt=prompt, embed_filter=tau, max_length=max_length, combine=combine, final_norm=final_norm)
+        EncoderConfig(
+            recipe=recipe,
+            layers=layers,
+            prompt=prompt,
+            embed_filter=tau,
+            max_length=max_length,
+            combine=combine,
+            final_norm=final_norm,
+        )
         torch_dtype = _resolve_dtype(dtype)
         local = models.path(path)
-        hf_config = AutoConfig.from_pretrained(local, trust_remote_code=model_kwargs.get("trust_remote_code", False))
+        hf_config = AutoConfig.from_pretrained(
+            local, trust_remote_code=model_kwargs.get("trust_remote_code", False)
+        )
         text_config = hf_config.get_text_config()
         n_layers = int(text_config.num_hidden_layers)
         recipe_obj = get_recipe(recipe)
         chosen = resolve_layers(
-            layers, n_layers, auto=default_layers(recipe_obj, text_config.model_type, n_layers, text_config.hidden_size)
+            layers,
+            n_layers,
+            auto=default_layers(recipe_obj, text_config.model_type, n_layers, text_config.hidden_size),
         )
         if truncate_layers and max(chosen) + 1 < n_layers:
             keep = max(chosen) + 1
@@ -238,11 +273,20 @@ class Encoder:
         if ef is not None and not isinstance(ef, EmbedFilter):
             ef = EmbedFilter.from_model(local, tau=ef, offset=embed_filter_offset)
         kwargs = dict(model_kwargs)
+        target = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if torch_dtype is None and "device_map" not in kwargs and torch.device(target).type == "cpu":
+            # fp32 on CPU: exact, and faster than bf16 on CPUs without AMX (the cached checkpoints are bf16)
+            torch_dtype = torch.float32
         if torch_dtype is not None:
             kwargs["dtype"] = torch_dtype
-        model = AutoModel.from_pretrained(local, config=hf_config, **kwargs)
+        previous = hf_logging.get_verbosity()
+        if text_config.num_hidden_layers < n_layers:
+            hf_logging.set_verbosity_error()  # the layers left out are reported as "unexpected" keys
+        try:
+            model = AutoModel.from_pretrained(local, config=hf_config, **kwargs)
+        finally:
+            hf_logging.set_verbosity(previous)
         if "device_map" not in kwargs:
-            target = device or ("cuda" if torch.cuda.is_available() else "cpu")
             model.to(target)
         model.eval()
         tokenizer = AutoTokenizer.from_pretrained(local)
@@ -286,20 +330,25 @@ class Encoder:
         """Size of the embeddings :meth:`encode` returns."""
         return self.embed_filter.dimension if self.embed_filter is not None else self.raw_dimension
 
-    def capture_plan(self, *, stop_early: bool = True) -> CapturePlan:
+    def capture_plan(self) -> CapturePlan:
         """The capture this encoder needs (for host frameworks that run the forward themselves)."""
         return CapturePlan(
             signal=self.recipe.signal,
             pool=self.recipe.pool,
             layers=self.layers,
             final_norm=self.config.final_norm,
-            stop_early=stop_early,
         )
 
     # ------------------------------------------------------------------ the pipeline
     def tokenize(self, texts: Sequence[str], template_index: int = 0) -> tuple[list[TokenizedText], int]:
         """Prompted tokenization with pooled spans; returns items and how many were truncated."""
-        return tokenize(self.tokenizer, texts, prompt=self.prompt, template_index=template_index, max_length=self.max_length)
+        return tokenize(
+            self.tokenizer,
+            texts,
+            prompt=self.prompt,
+            template_index=template_index,
+            max_length=self.max_length,
+        )
 
     def collate(self, items: Sequence[TokenizedText]) -> Batch:
         pad = self.tokenizer.pad_token_id
@@ -308,18 +357,24 @@ class Encoder:
         side = "left" if getattr(self.tokenizer, "padding_side", "right") == "left" else "right"
         return collate(items, pad_id=pad, padding_side=side)
 
-    def pooling_inputs(self, attention_mask: Tensor, span_start: Tensor, span_end: Tensor) -> tuple[Tensor | None, Tensor]:
-        """Token weights (``None`` for last-token pools) and last-token indices for a batch."""
-        index = last_index(attention_mask)
-        weights = None
-        if self.recipe.pool in ("mean", "position"):
-            weights = token_weights(attention_mask, span_start, span_end, self.recipe.pool)
-        return weights, index
+    def pooling_inputs(
+        self, attention_mask: Tensor, span_start: Tensor, span_end: Tensor, pools: Iterable[str] | None = None
+    ) -> tuple[dict[str, Tensor], Tensor]:
+        """Token weights per pool (``"mean"``/``"position"``) and the last-token indices for a batch."""
+        wanted = set(pools) if pools is not None else {self.recipe.pool}
+        weights = {
+            p: token_weights(attention_mask, span_start, span_end, p)
+            for p in wanted
+            if p in ("mean", "position")
+        }
+        return weights, last_index(attention_mask)
 
     def finish(self, per_layer: list[Tensor]) -> Tensor:
         """Per-layer pooled vectors → one embedding per row: W_O (aligned-va), layers, EmbedFilter."""
         if self.recipe.project_out:
-            per_layer = [self._through_out_proj(layer, v) for layer, v in zip(self.layers, per_layer)]
+            per_layer = [
+                self._through_out_proj(layer, v) for layer, v in zip(self.layers, per_layer, strict=True)
+            ]
         emb = combine_layers(per_layer, self.config.combine)
         if self.embed_filter is not None:
             emb = self.embed_filter.transform(emb)
@@ -329,26 +384,22 @@ class Encoder:
         """Map pooled value vectors ``[B, Hkv*D]`` through layer ``layer``'s W_O (GQA heads expanded)."""
         parts = self.parts
         batch = values.shape[0]
-        expanded = values.view(batch, parts.n_kv_heads, 1, parts.head_dim).expand(-1, -1, parts.group_size, -1)
+        expanded = values.view(batch, parts.n_kv_heads, 1, parts.head_dim).expand(
+            -1, -1, parts.group_size, -1
+        )
         z = expanded.reshape(batch, parts.head_output_dim)
         out_proj = parts.out_projs[layer]
         weight = next(out_proj.parameters())
         return out_proj(z.to(device=weight.device, dtype=weight.dtype)).to(torch.float32)
 
+    def refresh_parts(self) -> ModelParts:
+        """Re-locate the model's modules (adapters such as LoRA replace projections in place)."""
+        self.parts = locate(self.model)
+        return self.parts
+
     def embed_batch(self, batch: Batch) -> Tensor:
         """Embed one collated batch: ``[B, dimension]`` fp32 on the model's device."""
-        device = self.device
-        mask = batch.attention_mask.to(device)
-        weights, index = self.pooling_inputs(mask, batch.span_start.to(device), batch.span_end.to(device))
-        inputs: dict[str, Tensor | bool] = {"input_ids": batch.input_ids.to(device), "attention_mask": mask, "use_cache": False}
-        if self._pass_positions:
-            inputs["position_ids"] = batch.position_ids.to(device)
-        with capturing(self.parts, self.capture_plan(), attention_mask=mask, weights=weights, index=index) as cap:
-            try:
-                self.parts.backbone(**inputs)
-            except StopForward:
-                pass
-        return self.finish(cap.layer_vectors())
+        return embed_batch_group([self], batch)[0]
 
     def encode(
         self,
@@ -365,44 +416,14 @@ class Encoder:
         prompt is kept) with one :class:`TruncationWarning` per call.
         """
         items, single = _check_texts(texts)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            msg = f"batch_size must be a positive int, got {batch_size!r}"
-            raise ValueError(msg)
-        if not items:
-            empty = torch.zeros((0, self.dimension), dtype=torch.float32)
-            return empty.to(self.device) if convert_to_tensor else empty.numpy()
-        passes = self.prompt.passes if self.prompt is not None else 1
-        total: Tensor | None = None
-        n_truncated = 0
-        progress = tqdm(total=len(items) * passes, desc="valuelens", unit="text", disable=not show_progress)
-        try:
-            with torch.inference_mode():
-                for template_index in range(passes):
-                    tokenized, truncated = self.tokenize(items, template_index)
-                    n_truncated = max(n_truncated, truncated)
-                    order = sorted(range(len(items)), key=lambda i: -len(tokenized[i].ids))
-                    out = torch.empty((len(items), self.dimension), dtype=torch.float32, device=self.device)
-                    for start in range(0, len(order), batch_size):
-                        chunk = order[start : start + batch_size]
-                        emb = self.embed_batch(self.collate([tokenized[i] for i in chunk]))
-                        out[torch.tensor(chunk, device=out.device)] = emb.to(out.device)
-                        progress.update(len(chunk))
-                    if passes > 1:
-                        out = torch.nn.functional.normalize(out, dim=-1)
-                    total = out if total is None else total + out
-        finally:
-            progress.close()
-        if n_truncated:
-            warnings.warn(
-                f"{n_truncated} of {len(items)} texts were longer than max_length={self.max_length} tokens "
-                "and were truncated (the prompt was kept)",
-                TruncationWarning,
-                stacklevel=2,
-            )
-        assert total is not None
-        result = total / passes if passes > 1 else total
-        if normalize:
-            result = torch.nn.functional.normalize(result, dim=-1)
+        (result,) = encode_many(
+            [self],
+            items,
+            batch_size=batch_size,
+            normalize=normalize,
+            show_progress=show_progress,
+            convert_to_tensor=True,
+        )
         if single:
             result = result[0]
         return result if convert_to_tensor else result.cpu().numpy()
@@ -414,6 +435,145 @@ class Encoder:
         if self.embed_filter is not None:
             extras.append(f"embed_filter={self.embed_filter.tau:g}")
         layers = self.layers
-        shown = f"{layers[0]}-{layers[-1]}" if len(layers) > 2 and layers == tuple(range(layers[0], layers[-1] + 1)) else ",".join(map(str, layers))
+        shown = (
+            f"{layers[0]}-{layers[-1]}"
+            if len(layers) > 2 and layers == tuple(range(layers[0], layers[-1] + 1))
+            else ",".join(map(str, layers))
+        )
         tail = (", " + ", ".join(extras)) if extras else ""
         return f"Encoder({self.name_or_path!r}, recipe={self.recipe.name!r}, layers={shown!r}{tail}, dim={self.dimension})"
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        msg = f"batch_size must be a positive int, got {batch_size!r}"
+        raise ValueError(msg)
+
+
+def embed_batch_group(encoders: Sequence[Encoder], batch: Batch) -> list[Tensor]:
+    """Embed one batch for several encoders over the same model with one forward pass.
+
+    The batch must come from the encoders' shared tokenization (same tokenizer, prompt, max_length).
+    """
+    first = encoders[0]
+    parts = first.refresh_parts()
+    for encoder in encoders[1:]:
+        encoder.refresh_parts()
+    device = first.device
+    mask = batch.attention_mask.to(device)
+    weights, index = first.pooling_inputs(
+        mask, batch.span_start.to(device), batch.span_end.to(device), {e.recipe.pool for e in encoders}
+    )
+    inputs: dict[str, Tensor | bool] = {
+        "input_ids": batch.input_ids.to(device),
+        "attention_mask": mask,
+        "use_cache": False,
+    }
+    if first._pass_positions:
+        inputs["position_ids"] = batch.position_ids.to(device)
+    plans = [encoder.capture_plan() for encoder in encoders]
+    with (
+        capturing(parts, plans, attention_mask=mask, weights=weights, index=index) as session,
+        contextlib.suppress(StopForward),
+    ):
+        parts.backbone(**inputs)
+    return [
+        encoder.finish(cap.layer_vectors()) for encoder, cap in zip(encoders, session.captures, strict=True)
+    ]
+
+
+def _group_key(encoder: Encoder) -> tuple:
+    prompt = encoder.prompt
+    return (
+        id(encoder.parts.backbone),
+        id(encoder.tokenizer),
+        prompt.templates if prompt else None,
+        encoder.max_length,
+    )
+
+
+def encode_many(
+    encoders: Sequence[Encoder],
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    normalize: bool = False,
+    show_progress: bool = False,
+    convert_to_tensor: bool = False,
+) -> list[np.ndarray] | list[Tensor]:
+    """Embed ``texts`` with several encoders, sharing forward passes where they can.
+
+    Encoders over the same model, tokenizer, prompt and ``max_length`` tokenize once and run one
+    forward per batch for all their recipes (each gets its own vectors); e.g. VA, HS and WVA(LT) of an
+    evaluation cost one pass. Returns one ``[n, dimension]`` array (or tensor) per encoder, in order.
+
+    Usage: ``va, hs = encode_many([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")], texts)``.
+    """
+    items, _ = _check_texts(texts)
+    _check_batch_size(batch_size)
+    outputs: list[Tensor | None] = [None] * len(encoders)
+    groups: dict[tuple, list[int]] = {}
+    for i, encoder in enumerate(encoders):
+        groups.setdefault(_group_key(encoder), []).append(i)
+    total_passes = sum(
+        encoders[idx[0]].prompt.passes if encoders[idx[0]].prompt else 1 for idx in groups.values()
+    )
+    progress = tqdm(
+        total=len(items) * total_passes, desc="valuelens", unit="text", disable=not show_progress or not items
+    )
+    n_truncated = 0
+    try:
+        with torch.inference_mode():
+            for members in groups.values():
+                group = [encoders[i] for i in members]
+                results, truncated = _encode_group(group, items, batch_size, progress)
+                n_truncated = max(n_truncated, truncated)
+                for i, result in zip(members, results, strict=True):
+                    outputs[i] = result
+    finally:
+        progress.close()
+    if n_truncated:
+        warnings.warn(
+            f"{n_truncated} of {len(items)} texts were longer than max_length={encoders[0].max_length} tokens "
+            "and were truncated (the prompt was kept)",
+            TruncationWarning,
+            stacklevel=3,
+        )
+    final = []
+    for out in outputs:
+        assert out is not None
+        if normalize:
+            out = torch.nn.functional.normalize(out, dim=-1)
+        final.append(out if convert_to_tensor else out.cpu().numpy())
+    return final
+
+
+def _encode_group(
+    group: Sequence[Encoder], items: list[str], batch_size: int, progress: tqdm
+) -> tuple[list[Tensor], int]:
+    """Encode ``items`` for encoders that share tokenization; MetaEOL-style prompts average passes."""
+    leader = group[0]
+    if not items:
+        return [torch.zeros((0, e.dimension), dtype=torch.float32, device=e.device) for e in group], 0
+    passes = leader.prompt.passes if leader.prompt is not None else 1
+    totals: list[Tensor | None] = [None] * len(group)
+    n_truncated = 0
+    for template_index in range(passes):
+        tokenized, truncated = leader.tokenize(items, template_index)
+        n_truncated = max(n_truncated, truncated)
+        order = sorted(range(len(items)), key=lambda i: -len(tokenized[i].ids))
+        outs = [
+            torch.empty((len(items), e.dimension), dtype=torch.float32, device=leader.device) for e in group
+        ]
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            embedded = embed_batch_group(group, leader.collate([tokenized[i] for i in chunk]))
+            rows = torch.tensor(chunk, device=leader.device)
+            for out, emb in zip(outs, embedded, strict=True):
+                out[rows] = emb.to(out.device)
+            progress.update(len(chunk))
+        for k, out in enumerate(outs):
+            if passes > 1:
+                out = torch.nn.functional.normalize(out, dim=-1)
+            totals[k] = out if totals[k] is None else totals[k] + out
+    return [t / passes if passes > 1 else t for t in totals], n_truncated

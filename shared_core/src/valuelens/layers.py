@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Union
 
 from valuelens.errors import ConfigError
 
-LayerSpec = Union[str, int, Sequence[int]]
+LayerSpec = str | int | Sequence[int]
 
 NAMED_SPECS = ("auto", "all", "half", "last", "band")
 
@@ -30,8 +29,8 @@ AUTO_LAYERS: dict[tuple[str, int, int], tuple[int, ...]] = {
 
 def depth_band(n_layers: int, low: float = 0.5, high: float = 0.85) -> tuple[int, ...]:
     """Layers between ``low`` and ``high`` of the depth (the paper's best band in a Llama-2 ablation)."""
-    start = min(n_layers - 1, int(math.floor(low * n_layers)))
-    stop = max(start + 1, int(math.floor(high * n_layers)) + 1)
+    start = min(n_layers - 1, math.floor(low * n_layers))
+    stop = max(start + 1, math.floor(high * n_layers) + 1)
     return tuple(range(start, min(stop, n_layers)))
 
 

@@ -34,7 +34,9 @@ def token_weights(
     """
     n = attention_mask.shape[1]
     positions = torch.arange(n, device=attention_mask.device).unsqueeze(0)
-    inside = (positions >= span_start.unsqueeze(1)) & (positions < span_end.unsqueeze(1)) & attention_mask.bool()
+    inside = (
+        (positions >= span_start.unsqueeze(1)) & (positions < span_end.unsqueeze(1)) & attention_mask.bool()
+    )
     if pool == "mean":
         raw = inside.to(torch.float32)
     else:

@@ -33,9 +33,9 @@ NAMED_PROMPTS: dict[str, tuple[str, ...]] = {
         'in one word:"',
         "In this task, you're given a review from an online platform. Your task is to generate a rating for "
         "the product based on the review on a scale of 1-5, where 1 means 'extremely negative' and 5 means "
-        "'extremely positive'. For this task, this sentence : \"{text}\" reflects the sentiment in one word:\"",
+        '\'extremely positive\'. For this task, this sentence : "{text}" reflects the sentiment in one word:"',
         "In this task, you're reading a personal diary entry. Your task is to identify the predominant emotion "
-        "expressed, such as joy, sadness, anger, fear, or love. For this task, this sentence : \"{text}\" "
+        'expressed, such as joy, sadness, anger, fear, or love. For this task, this sentence : "{text}" '
         'conveys the emotion in one word:"',
         "In this task, you're presented with two sentences. Your task is to assess whether the sentences "
         "convey the same meaning. Use 'identical', 'similar', 'different', or 'unrelated' to describe the "

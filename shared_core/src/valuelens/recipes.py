@@ -67,7 +67,15 @@ _VA_PAPER = "Value Aggregation paper"
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
-        Recipe("va", "value", "mean", "value", "band", "mean value vectors over tokens and layers", f"{_VA_PAPER}, §3 (VA)"),
+        Recipe(
+            "va",
+            "value",
+            "mean",
+            "value",
+            "band",
+            "mean value vectors over tokens and layers",
+            f"{_VA_PAPER}, §3 (VA)",
+        ),
         Recipe(
             "aligned-va",
             "value",
@@ -78,9 +86,33 @@ RECIPES: dict[str, Recipe] = {
             "valuelens (in neither paper): makes EmbedFilter applicable to VA",
             project_out=True,
         ),
-        Recipe("hs", "hidden", "mean", "residual", "band", "mean hidden states over tokens and layers", f"{_VA_PAPER}, baseline"),
-        Recipe("last-token", "hidden", "last", "residual", "last", "hidden state of the last real token", f"{_VA_PAPER}, baseline (LT)"),
-        Recipe("wmp", "hidden", "position", "residual", "last", "position-weighted mean of hidden states (SGPT)", f"{_VA_PAPER}, baseline (WMP)"),
+        Recipe(
+            "hs",
+            "hidden",
+            "mean",
+            "residual",
+            "band",
+            "mean hidden states over tokens and layers",
+            f"{_VA_PAPER}, baseline",
+        ),
+        Recipe(
+            "last-token",
+            "hidden",
+            "last",
+            "residual",
+            "last",
+            "hidden state of the last real token",
+            f"{_VA_PAPER}, baseline (LT)",
+        ),
+        Recipe(
+            "wmp",
+            "hidden",
+            "position",
+            "residual",
+            "last",
+            "position-weighted mean of hidden states (SGPT)",
+            f"{_VA_PAPER}, baseline (WMP)",
+        ),
         Recipe(
             "wva-lt",
             "value",
@@ -90,7 +122,15 @@ RECIPES: dict[str, Recipe] = {
             "value vectors weighted by the last token's attention, averaged over each GQA group",
             f"{_VA_PAPER}, §3 (WVA)",
         ),
-        Recipe("wva", "head", "last", "head", "band", "last token's per-head attention output z (before W_O)", f"{_VA_PAPER}, §4 (WVA with prompt)"),
+        Recipe(
+            "wva",
+            "head",
+            "last",
+            "head",
+            "band",
+            "last token's per-head attention output z (before W_O)",
+            f"{_VA_PAPER}, §4 (WVA with prompt)",
+        ),
         Recipe(
             "aligned-wva",
             "attn_out",
@@ -100,9 +140,33 @@ RECIPES: dict[str, Recipe] = {
             "last token's attention output after W_O, in the residual stream",
             f"{_VA_PAPER}, §4 (AlignedWVA)",
         ),
-        Recipe("query", "query", "mean", "query", "band", "mean query vectors (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
-        Recipe("key", "key", "mean", "key", "band", "mean key vectors (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
-        Recipe("activation", "mlp", "mean", "mlp", "band", "mean MLP intermediate activations (ablation)", f"{_VA_PAPER}, Table 8 ablation"),
+        Recipe(
+            "query",
+            "query",
+            "mean",
+            "query",
+            "band",
+            "mean query vectors (ablation)",
+            f"{_VA_PAPER}, Table 8 ablation",
+        ),
+        Recipe(
+            "key",
+            "key",
+            "mean",
+            "key",
+            "band",
+            "mean key vectors (ablation)",
+            f"{_VA_PAPER}, Table 8 ablation",
+        ),
+        Recipe(
+            "activation",
+            "mlp",
+            "mean",
+            "mlp",
+            "band",
+            "mean MLP intermediate activations (ablation)",
+            f"{_VA_PAPER}, Table 8 ablation",
+        ),
     )
 }
 

@@ -42,31 +42,40 @@ def _fallback_token(tokenizer) -> int:
     return 0
 
 
-def _encode(tokenizer, prompted: str, start: int, end: int, whole: bool) -> tuple[list[int], tuple[int, int]]:
-    """Token ids of ``prompted`` and the token span overlapping characters ``[start, end)``."""
+def _encode(
+    tokenizer, prompted: str, start: int, end: int, whole: bool
+) -> tuple[list[int], tuple[int, int], list[tuple[int, int]] | None]:
+    """Token ids of ``prompted``, the token span overlapping characters ``[start, end)`` (all tokens
+    when ``whole``), and the character offsets of the tokens (``None`` for slow tokenizers)."""
     if getattr(tokenizer, "is_fast", False):
-        enc = tokenizer(prompted, add_special_tokens=True, return_offsets_mapping=True)
-        ids = list(enc["input_ids"])
-        if whole:
-            return ids, (0, len(ids))
-        inside = [i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s and s < end and e > start]
-        if not inside:
-            return ids, (0, len(ids))
-        return ids, (inside[0], inside[-1] + 1)
+        enc = tokenizer(prompted, add_special_tokens=True, return_offsets_mapping=True, verbose=False)
+        ids, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        inside = [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
+        if whole or not inside:
+            return ids, (0, len(ids)), offsets
+        return ids, (inside[0], inside[-1] + 1), offsets
     # slow tokenizers have no offsets: tokenize the three pieces and join them
     head, text, tail = prompted[:start], prompted[start:end], prompted[end:]
-    with_specials = tokenizer(prompted, add_special_tokens=True)["input_ids"]
-    plain = tokenizer(prompted, add_special_tokens=False)["input_ids"]
+    with_specials = tokenizer(prompted, add_special_tokens=True, verbose=False)["input_ids"]
+    plain = tokenizer(prompted, add_special_tokens=False, verbose=False)["input_ids"]
     n_lead = 0
     if len(with_specials) > len(plain) and with_specials[1 : 1 + len(plain)] == plain:
         n_lead = 1
-    pieces = [tokenizer(p, add_special_tokens=False)["input_ids"] if p else [] for p in (head, text, tail)]
+    pieces = [
+        tokenizer(p, add_special_tokens=False, verbose=False)["input_ids"] if p else []
+        for p in (head, text, tail)
+    ]
     ids = with_specials[:n_lead] + pieces[0] + pieces[1] + pieces[2]
     ids += with_specials[n_lead + len(plain) :]
     if whole or not pieces[1]:
-        return ids, (0, len(ids))
+        return ids, (0, len(ids)), None
     s = n_lead + len(pieces[0])
-    return ids, (s, s + len(pieces[1]))
+    return ids, (s, s + len(pieces[1])), None
+
+
+def _text_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
+    """Indices of the tokens that overlap the text's characters ``[start, end)``."""
+    return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
 
 
 def tokenize(
@@ -86,19 +95,24 @@ def tokenize(
     n_truncated = 0
     for text in texts:
         prompted, start, end = chosen.render(text, template_index)
-        ids, span = _encode(tokenizer, prompted, start, end, whole)
+        ids, span, offsets = _encode(tokenizer, prompted, start, end, whole)
         truncated = False
         cut = text
         while len(ids) > max_length and cut:
             truncated = True
             excess = len(ids) - max_length
-            n_text_tokens = max(span[1] - span[0], 1)
+            inside = _text_tokens(offsets, start, end) if offsets is not None else []
+            n_text_tokens = len(inside) if inside else max(span[1] - span[0], 1)
             keep_tokens = n_text_tokens - math.ceil(excess / copies)
-            # cut the text at a character position proportional to the tokens kept, then re-check
-            keep_chars = int(len(cut) * keep_tokens / n_text_tokens) if keep_tokens > 0 else 0
+            if keep_tokens <= 0:
+                keep_chars = 0
+            elif inside:  # cut on a token boundary: the kept text re-tokenizes to the same tokens
+                keep_chars = offsets[inside[keep_tokens - 1]][1] - start
+            else:  # no offsets: cut proportionally, then re-check
+                keep_chars = int(len(cut) * keep_tokens / n_text_tokens)
             cut = cut[: max(0, min(keep_chars, len(cut) - 1))]
             prompted, start, end = chosen.render(cut, template_index)
-            ids, span = _encode(tokenizer, prompted, start, end, whole)
+            ids, span, offsets = _encode(tokenizer, prompted, start, end, whole)
         if len(ids) > max_length:
             if whole:
                 ids, span = ids[:max_length], (0, max_length)
@@ -127,7 +141,9 @@ class Batch:
     span_end: Tensor
 
 
-def collate(items: Sequence[TokenizedText], *, pad_id: int, padding_side: Literal["left", "right"] = "right") -> Batch:
+def collate(
+    items: Sequence[TokenizedText], *, pad_id: int, padding_side: Literal["left", "right"] = "right"
+) -> Batch:
     """Pad ``items`` to one length on ``padding_side``; spans are shifted into padded coordinates."""
     width = max(len(item.ids) for item in items)
     ids = torch.full((len(items), width), pad_id, dtype=torch.long)

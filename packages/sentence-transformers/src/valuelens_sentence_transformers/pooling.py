@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -53,7 +53,15 @@ class ValuePooling(Module):
     ``embed_filter`` (τ, e.g. 2), ``embed_filter_offset``, ``combine`` and ``final_norm``.
     """
 
-    config_keys = ["recipe", "layers", "prompt", "embed_filter", "embed_filter_offset", "combine", "final_norm"]
+    config_keys: ClassVar[list[str]] = [
+        "recipe",
+        "layers",
+        "prompt",
+        "embed_filter",
+        "embed_filter_offset",
+        "combine",
+        "final_norm",
+    ]
 
     def __init__(
         self,
@@ -113,7 +121,9 @@ class ValuePooling(Module):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"
             raise UnsupportedModelError(msg)
         try:
-            probe = Encoder(backbone, transformer.tokenizer, recipe=self.recipe, layers=self.layers, prompt=self.prompt)
+            probe = Encoder(
+                backbone, transformer.tokenizer, recipe=self.recipe, layers=self.layers, prompt=self.prompt
+            )
         except UnsupportedModelError as exc:
             msg = (
                 f"ValuePooling needs a decoder LLM (llama, qwen2, gemma, gpt2, ...); "
@@ -144,7 +154,12 @@ class ValuePooling(Module):
         if self.embed_filter is None:
             return None
         if self._projection is not None:
-            return EmbedFilter(self._projection.float(), float(self.embed_filter), int(self.embed_filter_offset), probe.parts.hidden_size)
+            return EmbedFilter(
+                self._projection.float(),
+                float(self.embed_filter),
+                int(self.embed_filter_offset),
+                probe.parts.hidden_size,
+            )
         backbone = transformer.auto_model
         try:
             ef = EmbedFilter.from_model(backbone, tau=self.embed_filter, offset=self.embed_filter_offset)
@@ -207,7 +222,14 @@ class ValuePooling(Module):
             span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
         span = span.to(mask.device)
         weights, index = encoder.pooling_inputs(mask, span[:, 0], span[:, 1])
-        handle = start_capture(encoder.parts, encoder.capture_plan(stop_early=False), attention_mask=mask, weights=weights, index=index)
+        handle = start_capture(
+            encoder.refresh_parts(),
+            [encoder.capture_plan()],
+            attention_mask=mask,
+            weights=weights,
+            index=index,
+            stop_early=False,
+        )
         _PENDING.set((*_PENDING.get(), handle))
 
     def _finish(self, module: Transformer, args: tuple, output: Any) -> None:
@@ -218,7 +240,7 @@ class ValuePooling(Module):
         _PENDING.set(pending[:-1])
         handle.close()
         if isinstance(output, dict):
-            output[_LAYERS_KEY] = handle.capture.layer_vectors()
+            output[_LAYERS_KEY] = handle.session.captures[0].layer_vectors()
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         vectors = features.pop(_LAYERS_KEY, None)
@@ -245,14 +267,21 @@ class ValuePooling(Module):
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         self.save_config(output_path)
         if self._projection is not None:
-            save_file({"embed_filter_projection": self._projection.detach().float().contiguous().cpu()}, os.path.join(output_path, WEIGHTS_NAME))
+            save_file(
+                {"embed_filter_projection": self._projection.detach().float().contiguous().cpu()},
+                os.path.join(output_path, WEIGHTS_NAME),
+            )
 
     @classmethod
     def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> ValuePooling:
-        hub_kwargs = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
+        hub_kwargs = {
+            k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs
+        }
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
         module = cls(**config)
-        weights = cls.load_file_path(model_name_or_path, filename=WEIGHTS_NAME, subfolder=subfolder, **hub_kwargs)
+        weights = cls.load_file_path(
+            model_name_or_path, filename=WEIGHTS_NAME, subfolder=subfolder, **hub_kwargs
+        )
         if weights is not None:
             module._projection = load_file(weights)["embed_filter_projection"]
         return module

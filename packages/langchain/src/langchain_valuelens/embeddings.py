@@ -1,0 +1,323 @@
+"""``ValueLensEmbeddings``: LangChain embeddings computed by valuelens from a decoder LLM, no training.
+
+Usage::
+
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langchain_valuelens import ValueLensEmbeddings
+
+    embeddings = ValueLensEmbeddings()                    # the embedded default model, recipe "va"
+    store = InMemoryVectorStore.from_texts(["A cat sits.", "Stocks fell."], embedding=embeddings)
+    store.as_retriever(search_kwargs={"k": 1}).invoke("a kitten")
+"""
+
+from __future__ import annotations
+
+import os
+import reprlib
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from langchain_core.embeddings import Embeddings
+from langchain_core.runnables.config import run_in_executor
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
+
+import valuelens
+from valuelens.encoder import default_layers
+from valuelens.layers import resolve_layers
+
+__all__ = ["ValueLensEmbeddings"]
+
+#: Fields that define the embedding pipeline; with an already-built model they must agree with it.
+_PIPELINE_FIELDS = ("recipe", "layers", "prompt", "embed_filter", "max_length", "device", "dtype")
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+_short = reprlib.Repr()
+_short.maxstring = 60
+_short.maxother = 60
+
+
+class ValueLensEmbeddings(BaseModel, Embeddings):
+    """Training-free sentence embeddings from a decoder LLM (valuelens) as LangChain ``Embeddings``.
+
+    Example:
+        ```python
+        from langchain_valuelens import ValueLensEmbeddings
+
+        embeddings = ValueLensEmbeddings(model="smollm2-135m", recipe="va")
+        vectors = embeddings.embed_documents(["A man plays guitar.", "Stocks fell sharply."])
+        query = embeddings.embed_query("music")
+        ```
+
+    ``model`` is loaded once, at construction; invalid settings raise ``ValueError``
+    (:class:`valuelens.ConfigError` for recipe, layers, prompt, EmbedFilter and length settings)
+    before anything is loaded. See ``docs/langchain.md`` for every field and the bad-input rules.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, protected_namespaces=())
+
+    model: Any = None
+    """A provisioned model name (``"smollm2-135m"``, see ``valuelens.models.available()``), a local
+    model folder, an already-built :class:`valuelens.Encoder` or a
+    ``sentence_transformers.SentenceTransformer``. ``None`` is the embedded default model."""
+    recipe: str = "va"
+    """The valuelens recipe (``"va"``, ``"aligned-wva"``, ``"hs"``, ... see ``valuelens.RECIPES``)."""
+    layers: str | StrictInt | list[StrictInt] = "auto"
+    """Decoder layers to read: ``"auto"``, ``"all"``, ``"half"``, ``"last"``, ``"band"``, an int, a list of
+    ints or ranges such as ``"20-27"``."""
+    prompt: str | None = None
+    """A valuelens prompt: ``None``, a name (``"prompteol"``, ``"futureeol"``, ``"echo"``, ``"metaeol"``)
+    or a custom template containing ``{text}``."""
+    query_prompt: str | None = None
+    """An instruction prepended verbatim (no separator) to every query before ``prompt`` is applied."""
+    document_prompt: str | None = None
+    """An instruction prepended verbatim (no separator) to every document before ``prompt`` is applied."""
+    embed_filter: float | None = None
+    """EmbedFilter ratio tau (``2`` keeps half the dimensions); residual-space recipes only."""
+    device: str | torch.device | None = None
+    """Where the model runs (``"cpu"``, ``"cuda"``, ...); ``None``: CUDA when available, else CPU."""
+    dtype: str | torch.dtype | None = None
+    """``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``; ``None``: transformers'
+    default for the checkpoint."""
+    batch_size: StrictInt = Field(default=32, gt=0)
+    """Texts per forward pass."""
+    normalize: bool = True
+    """L2-normalise every embedding (cosine similarity then equals the dot product)."""
+    show_progress: bool = False
+    """Show a progress bar while embedding."""
+    max_length: StrictInt | None = Field(default=None, gt=0)
+    """Token limit per text (the prompt is kept; longer texts are truncated with a warning);
+    ``None``: 512."""
+
+    _encoder: Any = PrivateAttr(default=None)
+
+    def __init__(self, **kwargs: Any) -> None:
+        """Validate the settings, then load (or adopt) the model."""
+        super().__init__(**kwargs)
+        model = self.model
+        if model is None or isinstance(model, (str, os.PathLike)):
+            self._encoder = self._load(model)
+        elif isinstance(model, valuelens.Encoder):
+            self._adopt_encoder(model)
+            self._encoder = model
+        elif _is_sentence_transformer(model):
+            self._adopt_sentence_transformer(model)
+            self._encoder = model
+        else:
+            msg = (
+                f"model must be None, a model name, a folder path, a valuelens.Encoder or a "
+                f"sentence_transformers.SentenceTransformer, got {type(model).__name__}"
+            )
+            raise TypeError(msg)
+
+    # ------------------------------------------------------------------ construction helpers
+    def _load(self, model: str | os.PathLike[str] | None) -> valuelens.Encoder:
+        # Check every setting before any (possibly slow) model provisioning.
+        if self.dtype is not None:
+            _dtype_of(self.dtype)
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as exc:
+                msg = f"unknown device {self.device!r}: use 'cpu', 'cuda', 'cuda:1', 'mps' or a torch.device"
+                raise valuelens.ConfigError(msg) from exc
+        valuelens.EncoderConfig(
+            recipe=self.recipe,
+            layers=self.layers,
+            prompt=self.prompt,
+            embed_filter=self.embed_filter,
+            max_length=self.max_length,
+        )
+        return valuelens.Encoder.from_pretrained(
+            model,
+            recipe=self.recipe,
+            layers=self.layers,
+            prompt=self.prompt,
+            embed_filter=self.embed_filter,
+            device=self.device,
+            dtype=self.dtype,
+            max_length=self.max_length,
+        )
+
+    def _adopt_encoder(self, encoder: valuelens.Encoder) -> None:
+        """Check explicitly set pipeline fields against ``encoder``, then mirror its settings."""
+        explicit = self.model_fields_set
+        conflicts: list[str] = []
+        if "recipe" in explicit:
+            wanted = valuelens.EncoderConfig(recipe=self.recipe).recipe
+            if wanted != encoder.config.recipe:
+                conflicts.append(f"recipe={self.recipe!r} (the Encoder uses {encoder.config.recipe!r})")
+        if "prompt" in explicit:
+            wanted_prompt = valuelens.EncoderConfig(prompt=self.prompt).prompt
+            if wanted_prompt != encoder.config.prompt:
+                conflicts.append(f"prompt={self.prompt!r} (the Encoder uses {encoder.config.prompt!r})")
+        if "layers" in explicit and not (
+            isinstance(self.layers, str) and self.layers.strip().lower() == "auto"
+        ):
+            parts = encoder.parts
+            auto = default_layers(encoder.recipe, parts.model_type, parts.n_layers, parts.hidden_size)
+            if resolve_layers(self.layers, parts.n_layers, auto=auto) != encoder.layers:
+                conflicts.append(f"layers={self.layers!r} (the Encoder reads layers {list(encoder.layers)})")
+        if "embed_filter" in explicit:
+            tau = encoder.embed_filter.tau if encoder.embed_filter is not None else None
+            if self.embed_filter != tau:
+                conflicts.append(f"embed_filter={self.embed_filter!r} (the Encoder uses {tau!r})")
+        if "max_length" in explicit and self.max_length is not None and self.max_length != encoder.max_length:
+            conflicts.append(f"max_length={self.max_length!r} (the Encoder uses {encoder.max_length})")
+        if "device" in explicit and self.device is not None and not _same_device(self.device, encoder.device):
+            conflicts.append(f"device={self.device!r} (the Encoder's model is on {str(encoder.device)!r})")
+        if "dtype" in explicit and self.dtype is not None:
+            model_dtype = next(encoder.model.parameters()).dtype
+            if _dtype_of(self.dtype) not in (None, model_dtype):
+                conflicts.append(f"dtype={self.dtype!r} (the Encoder's model is {model_dtype})")
+        if conflicts:
+            msg = (
+                "these settings disagree with the valuelens.Encoder passed as `model`: "
+                + "; ".join(conflicts)
+                + ". An Encoder's recipe settings are fixed when it is built: leave these fields unset "
+                "to use the Encoder's, or build a new Encoder (or pass a model name) with the settings you want."
+            )
+            raise valuelens.ConfigError(msg)
+        # Mirror what will actually run, so the fields (and repr) describe the embeddings.
+        self.recipe = encoder.config.recipe
+        self.layers = list(encoder.layers)
+        self.prompt = encoder.config.prompt
+        self.embed_filter = encoder.embed_filter.tau if encoder.embed_filter is not None else None
+        self.max_length = encoder.max_length
+
+    def _adopt_sentence_transformer(self, model: Any) -> None:
+        """A SentenceTransformer defines its own pipeline: pipeline fields cannot be set with it."""
+        given = [name for name in _PIPELINE_FIELDS if name in self.model_fields_set]
+        if given:
+            msg = (
+                f"{', '.join(given)} cannot be set when `model` is a SentenceTransformer: its modules define "
+                "the embedding pipeline (use valuelens_sentence_transformers.ValuePooling to choose a recipe). "
+                "query_prompt, document_prompt, batch_size, normalize and show_progress still apply."
+            )
+            raise valuelens.ConfigError(msg)
+
+    # ------------------------------------------------------------------ inspection
+    @property
+    def encoder(self) -> Any:
+        """The model that computes the embeddings (a ``valuelens.Encoder`` or a ``SentenceTransformer``)."""
+        return self._encoder
+
+    @property
+    def dimension(self) -> int:
+        """Length of every embedding this instance returns."""
+        enc = self._encoder
+        if isinstance(enc, valuelens.Encoder):
+            return enc.dimension
+        getter = getattr(enc, "get_embedding_dimension", None) or enc.get_sentence_embedding_dimension
+        return int(getter())
+
+    # ------------------------------------------------------------------ embedding
+    def _embed(self, texts: list[str], instruction: str | None) -> list[list[float]]:
+        if not texts:
+            return []
+        if instruction:
+            texts = [instruction + text for text in texts]
+        enc = self._encoder
+        if isinstance(enc, valuelens.Encoder):
+            vectors = enc.encode(
+                texts, batch_size=self.batch_size, normalize=self.normalize, show_progress=self.show_progress
+            )
+        else:
+            vectors = enc.encode(
+                texts,
+                batch_size=self.batch_size,
+                normalize_embeddings=self.normalize,
+                show_progress_bar=self.show_progress,
+                convert_to_numpy=True,
+            )
+        # float32 -> Python floats (ndarray.tolist converts each element to a Python float).
+        return np.asarray(vectors, dtype=np.float32).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed documents (``document_prompt`` is prepended to each); ``[]`` gives ``[]``.
+
+        Raises ``TypeError`` for ``None``, a bare string or a non-string item (naming its index).
+        """
+        return self._embed(_check_documents(texts), self.document_prompt)
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query (``query_prompt`` is prepended). Raises ``TypeError`` unless ``text`` is a str."""
+        return self._embed([_check_query(text)], self.query_prompt)[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Async :meth:`embed_documents`: the forward runs in the default thread pool, off the event loop."""
+        items = _check_documents(texts)
+        return await run_in_executor(None, self._embed, items, self.document_prompt)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """Async :meth:`embed_query`: the forward runs in the default thread pool, off the event loop."""
+        item = _check_query(text)
+        vectors = await run_in_executor(None, self._embed, [item], self.query_prompt)
+        return vectors[0]
+
+
+# ---------------------------------------------------------------------- helpers
+def _check_documents(texts: Any) -> list[str]:
+    if texts is None:
+        msg = "embed_documents expects a list of strings, got None"
+        raise TypeError(msg)
+    if isinstance(texts, str):
+        msg = (
+            "embed_documents expects a list of strings, got a single str; "
+            "use embed_query(text) or embed_documents([text])"
+        )
+        raise TypeError(msg)
+    if isinstance(texts, (bytes, bytearray)) or not isinstance(texts, Iterable):
+        msg = f"embed_documents expects a list of strings, got {type(texts).__name__}"
+        raise TypeError(msg)
+    items = list(texts)
+    for index, text in enumerate(items):
+        if not isinstance(text, str):
+            msg = (
+                f"texts[{index}] is {_short.repr(text)} ({type(text).__name__}); every document must be a str"
+            )
+            raise TypeError(msg)
+    return items
+
+
+def _check_query(text: Any) -> str:
+    if not isinstance(text, str):
+        msg = f"embed_query expects a str, got {_short.repr(text)} ({type(text).__name__})"
+        raise TypeError(msg)
+    return text
+
+
+def _is_sentence_transformer(obj: Any) -> bool:
+    """Whether ``obj`` is a SentenceTransformer, without importing sentence-transformers."""
+    return any(
+        cls.__name__ == "SentenceTransformer" and cls.__module__.startswith("sentence_transformers")
+        for cls in type(obj).__mro__
+    )
+
+
+def _same_device(wanted: str | torch.device, actual: torch.device) -> bool:
+    target = torch.device(wanted)
+    return target.type == actual.type and (target.index is None or target.index == (actual.index or 0))
+
+
+def _dtype_of(spec: str | torch.dtype) -> torch.dtype | None:
+    """The torch dtype a ``dtype`` setting names (``None`` for ``"auto"``)."""
+    if isinstance(spec, torch.dtype):
+        return spec
+    key = str(spec).strip().lower()
+    if key == "auto":
+        return None
+    try:
+        return _DTYPES[key]
+    except KeyError:
+        msg = f"unknown dtype {spec!r}: use 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype"
+        raise valuelens.ConfigError(msg) from None

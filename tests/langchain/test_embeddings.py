@@ -1,0 +1,264 @@
+"""``ValueLensEmbeddings`` on a tiny random decoder: types, references, instructions, bad input, async.
+
+Every numeric check compares with ``valuelens.Encoder.encode`` called directly (the reference path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+import valuelens
+from langchain_valuelens import ValueLensEmbeddings
+from tiny_models import CORPUS
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_model_dir: str) -> valuelens.Encoder:
+    return valuelens.Encoder.from_pretrained(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def embeddings(encoder: valuelens.Encoder) -> ValueLensEmbeddings:
+    return ValueLensEmbeddings(model=encoder)
+
+
+def _reference(encoder: valuelens.Encoder, texts: list[str], normalize: bool = True) -> np.ndarray:
+    return encoder.encode(texts, normalize=normalize)
+
+
+# ---------------------------------------------------------------------- results
+def test_python_floats_and_shapes(embeddings: ValueLensEmbeddings) -> None:
+    docs = embeddings.embed_documents(CORPUS[:3])
+    query = embeddings.embed_query("a cat")
+    assert isinstance(docs, list) and len(docs) == 3
+    for vector in [*docs, query]:
+        assert isinstance(vector, list) and len(vector) == embeddings.dimension
+        assert all(type(x) is float for x in vector)
+    assert np.allclose(np.linalg.norm(np.array(docs), axis=1), 1.0, atol=1e-5)
+
+
+def test_loaded_by_path_matches_encoder(tiny_model_dir: str, encoder: valuelens.Encoder) -> None:
+    by_path = ValueLensEmbeddings(model=tiny_model_dir, device="cpu")
+    assert isinstance(by_path.encoder, valuelens.Encoder)
+    got = np.array(by_path.embed_documents(CORPUS))
+    np.testing.assert_allclose(got, _reference(encoder, CORPUS), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(by_path.embed_query(CORPUS[2]), _reference(encoder, [CORPUS[2]])[0], atol=1e-6)
+
+
+def test_normalize_false_and_batch_size(encoder: valuelens.Encoder) -> None:
+    raw = ValueLensEmbeddings(model=encoder, normalize=False, batch_size=1)
+    got = np.array(raw.embed_documents(CORPUS))
+    np.testing.assert_allclose(got, _reference(encoder, CORPUS, normalize=False), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.linalg.norm(got, axis=1), 1.0)
+
+
+def test_settings_pass_through(tiny_model_dir: str, tiny_tokenizer, tiny_llama) -> None:
+    emb = ValueLensEmbeddings(model=tiny_model_dir, recipe="aligned-wva", layers=[1, 3], prompt="prompteol")
+    reference = valuelens.Encoder(
+        tiny_llama, tiny_tokenizer, recipe="aligned-wva", layers=[1, 3], prompt="prompteol"
+    )
+    assert emb.encoder.layers == (1, 3)
+    np.testing.assert_allclose(
+        emb.embed_documents(CORPUS[:4]), reference.encode(CORPUS[:4], normalize=True), atol=1e-5
+    )
+
+
+# ---------------------------------------------------------------------- instructions
+def test_query_and_document_prompts_are_prepended(encoder: valuelens.Encoder) -> None:
+    emb = ValueLensEmbeddings(model=encoder, query_prompt="query: ", document_prompt="passage: ")
+    np.testing.assert_allclose(emb.embed_query("a cat"), _reference(encoder, ["query: a cat"])[0], atol=1e-6)
+    np.testing.assert_allclose(
+        emb.embed_documents(["a cat", "a dog"]),
+        _reference(encoder, ["passage: a cat", "passage: a dog"]),
+        atol=1e-6,
+    )
+    plain = ValueLensEmbeddings(model=encoder)
+    assert not np.allclose(emb.embed_query("a cat"), plain.embed_query("a cat"), atol=1e-4)
+
+
+def test_instruction_goes_inside_the_valuelens_prompt(
+    tiny_model_dir: str, tiny_tokenizer, tiny_llama
+) -> None:
+    emb = ValueLensEmbeddings(model=tiny_model_dir, prompt="prompteol", query_prompt="Find: ")
+    reference = valuelens.Encoder(tiny_llama, tiny_tokenizer, prompt="prompteol")
+    # 'This sentence: "Find: a cat" means in one word:"'
+    np.testing.assert_allclose(
+        emb.embed_query("a cat"), reference.encode(["Find: a cat"], normalize=True)[0], atol=1e-5
+    )
+
+
+# ---------------------------------------------------------------------- bad input
+def test_empty_list(embeddings: ValueLensEmbeddings) -> None:
+    assert embeddings.embed_documents([]) == []
+    assert asyncio.run(embeddings.aembed_documents([])) == []
+
+
+@pytest.mark.parametrize(
+    ("texts", "match"),
+    [
+        (None, "got None"),
+        ("one string", "single str"),
+        (b"bytes", "got bytes"),
+        (42, "got int"),
+        (["ok", None], r"texts\[1\] is None"),
+        (["ok", "fine", 3.5], r"texts\[2\] is 3.5 \(float\)"),
+        ([["nested"]], r"texts\[0\] is \['nested'\] \(list\)"),
+    ],
+)
+def test_bad_documents(embeddings: ValueLensEmbeddings, texts, match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        embeddings.embed_documents(texts)
+    with pytest.raises(TypeError, match=match):
+        asyncio.run(embeddings.aembed_documents(texts))
+
+
+@pytest.mark.parametrize("text", [None, ["a list"], 7, b"bytes"])
+def test_bad_query(embeddings: ValueLensEmbeddings, text) -> None:
+    with pytest.raises(TypeError, match="embed_query expects a str"):
+        embeddings.embed_query(text)
+    with pytest.raises(TypeError, match="embed_query expects a str"):
+        asyncio.run(embeddings.aembed_query(text))
+
+
+def test_tuples_and_empty_strings_are_accepted(embeddings: ValueLensEmbeddings) -> None:
+    got = embeddings.embed_documents(("a cat", ""))
+    assert len(got) == 2 and all(np.isfinite(v).all() for v in got)
+    assert np.isfinite(embeddings.embed_query("")).all()
+
+
+def test_error_then_usable(embeddings: ValueLensEmbeddings, encoder: valuelens.Encoder) -> None:
+    before = embeddings.embed_documents(CORPUS[:3])
+    with pytest.raises(TypeError):
+        embeddings.embed_documents(["fine", None])
+
+    # A failure inside the forward pass (mid-capture) must not leave hooks or state behind.
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom inside the forward")
+
+    handle = encoder.parts.layers[1].register_forward_hook(explode)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            embeddings.embed_documents(CORPUS[:3])
+        with pytest.raises(RuntimeError, match="boom"):
+            asyncio.run(embeddings.aembed_query("a cat"))
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(embeddings.embed_documents(CORPUS[:3]), before, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(embeddings.embed_query(CORPUS[0]), before[0], rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------- async
+def test_async_concurrency_matches_sequential(
+    embeddings: ValueLensEmbeddings, encoder: valuelens.Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many concurrent calls on one shared model give the sequential results, computed off the loop."""
+    batches = [CORPUS[i % len(CORPUS) :] + CORPUS[: i % 3] for i in range(12)]
+    queries = [f"{CORPUS[i % len(CORPUS)]} {'again ' * i}" for i in range(12)]
+    expected_docs = [embeddings.embed_documents(batch) for batch in batches]
+    expected_queries = [embeddings.embed_query(q) for q in queries]
+
+    threads: set[int] = set()
+    inner = encoder.encode
+
+    def recording(*args, **kwargs):
+        threads.add(threading.get_ident())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(encoder, "encode", recording)
+
+    async def main():
+        loop_thread = threading.get_ident()
+        calls = [embeddings.aembed_documents(b) for b in batches] + [
+            embeddings.aembed_query(q) for q in queries
+        ]
+        return loop_thread, await asyncio.gather(*calls)
+
+    loop_thread, results = asyncio.run(main())
+    assert loop_thread not in threads and len(threads) >= 2  # off the event loop, in parallel
+    for got, want in zip(results[: len(batches)], expected_docs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    for got, want in zip(results[len(batches) :], expected_queries, strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+        assert all(type(x) is float for x in got)
+
+
+# ---------------------------------------------------------------------- settings
+@pytest.mark.parametrize(
+    ("settings", "error", "match"),
+    [
+        ({"recipe": "nope"}, valuelens.ConfigError, "unknown recipe 'nope'"),
+        ({"layers": "x-y"}, valuelens.ConfigError, "cannot parse layers='x-y'"),
+        ({"layers": [0, 99]}, valuelens.ConfigError, "layer 99"),
+        ({"prompt": "nope"}, valuelens.ConfigError, "unknown prompt 'nope'"),
+        ({"embed_filter": 2}, valuelens.SpaceMismatchError, "residual"),
+        ({"dtype": "int8"}, valuelens.ConfigError, "unknown dtype 'int8'"),
+        ({"device": "gpu"}, valuelens.ConfigError, "unknown device 'gpu'"),
+        ({"batch_size": 0}, ValidationError, "greater than 0"),
+        ({"batch_size": True}, ValidationError, "batch_size"),
+        ({"max_length": 0}, ValidationError, "greater than 0"),
+        ({"normalise": True}, ValidationError, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_settings(tiny_model_dir: str, settings: dict, error: type[Exception], match: str) -> None:
+    assert issubclass(error, ValueError)
+    with pytest.raises(error, match=match):
+        ValueLensEmbeddings(model=tiny_model_dir, **settings)
+
+
+def test_settings_checked_before_loading() -> None:
+    with pytest.raises(valuelens.ConfigError, match="unknown recipe"):
+        ValueLensEmbeddings(model="/nonexistent/folder", recipe="nope")
+    with pytest.raises(ValueError, match="neither a registered model"):
+        ValueLensEmbeddings(model="no-such-model")
+    with pytest.raises(TypeError, match="model must be None, a model name"):
+        ValueLensEmbeddings(model=123)
+
+
+def test_prebuilt_encoder_settings(encoder: valuelens.Encoder) -> None:
+    emb = ValueLensEmbeddings(model=encoder)
+    assert emb.encoder is encoder
+    assert (emb.recipe, emb.layers, emb.prompt, emb.max_length) == ("va", list(encoder.layers), None, 512)
+    # Settings that agree with the Encoder are accepted.
+    ValueLensEmbeddings(
+        model=encoder, recipe="VA", layers=list(encoder.layers), device="cpu", dtype="float32"
+    )
+    ValueLensEmbeddings(model=encoder, layers="auto")
+    with pytest.raises(valuelens.ConfigError, match=r"recipe='hs' \(the Encoder uses 'va'\)"):
+        ValueLensEmbeddings(model=encoder, recipe="hs")
+    with pytest.raises(valuelens.ConfigError, match=r"layers=\[0\].*prompt|prompt=.*layers=\[0\]"):
+        ValueLensEmbeddings(model=encoder, layers=[0], prompt="echo")
+    with pytest.raises(valuelens.ConfigError, match="max_length=64"):
+        ValueLensEmbeddings(model=encoder, max_length=64)
+    with pytest.raises(valuelens.ConfigError, match="device='cuda'"):
+        ValueLensEmbeddings(model=encoder, device="cuda")
+    with pytest.raises(valuelens.ConfigError, match="dtype='bfloat16'"):
+        ValueLensEmbeddings(model=encoder, dtype="bfloat16")
+
+
+def test_sentence_transformer_model(tiny_model_dir: str) -> None:
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from sentence_transformers import SentenceTransformer
+
+    transformer = Transformer(tiny_model_dir)
+    st = SentenceTransformer(
+        modules=[transformer, Pooling(transformer.get_embedding_dimension())], device="cpu"
+    )
+    emb = ValueLensEmbeddings(model=st, query_prompt="query: ")
+    assert emb.dimension == 64
+    got = emb.embed_documents(CORPUS[:3])
+    np.testing.assert_allclose(got, st.encode(CORPUS[:3], normalize_embeddings=True), atol=1e-6)
+    np.testing.assert_allclose(
+        emb.embed_query("x"), st.encode(["query: x"], normalize_embeddings=True)[0], atol=1e-6
+    )
+    assert all(type(x) is float for x in got[0])
+    with pytest.raises(
+        valuelens.ConfigError, match="recipe, layers cannot be set when `model` is a SentenceTransformer"
+    ):
+        ValueLensEmbeddings(model=st, recipe="va", layers="all")

@@ -1,0 +1,310 @@
+"""Unit tests of ValueLensEmbedding beyond the generic contract (tiny offline model)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_index.core.callbacks import CallbackManager, LlamaDebugHandler
+from llama_index.core.callbacks.schema import CBEventType
+from llama_index.core.embeddings.utils import resolve_embed_model
+from llama_index.core.settings import Settings
+from pydantic import ValidationError
+
+import llama_index.embeddings.valuelens as package
+import valuelens
+from llama_index.embeddings.valuelens import ValueLensEmbedding
+from tiny_models import CORPUS
+
+
+@pytest.fixture(scope="module")
+def tiny_va(tiny_model_dir: Path) -> ValueLensEmbedding:
+    return ValueLensEmbedding(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tiny_model_dir: Path) -> valuelens.Encoder:
+    return valuelens.Encoder.from_pretrained(tiny_model_dir, recipe="aligned-wva", prompt="futureeol")
+
+
+def test_public_api_is_locked() -> None:
+    assert package.__all__ == ["DEFAULT_EMBED_BATCH_SIZE", "ValueLensEmbedding", "__version__"]
+    assert package.__version__ == importlib.metadata.version("llama-index-embeddings-valuelens")
+    assert ValueLensEmbedding.class_name() == "ValueLensEmbedding"
+    folder = Path(package.__file__).parent
+    assert (folder / "py.typed").is_file()
+
+
+def test_namespace_layout_is_shared_with_llama_index_core() -> None:
+    """No ``__init__.py`` above ``valuelens/``: ``llama_index`` stays one namespace with core's."""
+    src = Path(package.__file__).parents[2]  # .../src/llama_index
+    assert src.name == "llama_index"
+    assert not (src / "__init__.py").exists()
+    assert not (src / "embeddings" / "__init__.py").exists()
+    import llama_index.core
+
+    portions = [Path(p).resolve() for p in llama_index.__path__]
+    assert src.resolve() in portions
+    assert Path(llama_index.core.__file__).parent.parent.resolve() in portions
+
+
+def test_field_defaults() -> None:
+    fields = ValueLensEmbedding.model_fields
+    assert fields["model_name"].default == valuelens.models.DEFAULT_MODEL == "smollm2-135m"
+    assert fields["recipe"].default == "va"
+    assert fields["layers"].default == "auto"
+    assert fields["normalize"].default is True
+    assert fields["embed_batch_size"].default == package.DEFAULT_EMBED_BATCH_SIZE == 32
+    for name in (
+        "prompt",
+        "query_instruction",
+        "text_instruction",
+        "embed_filter",
+        "device",
+        "dtype",
+        "max_length",
+    ):
+        assert fields[name].default is None, name
+
+
+def test_vectors_equal_the_core_encoder(tiny_model_dir: Path) -> None:
+    """The adapter adds nothing: its vectors are ``Encoder.encode``'s, computed independently."""
+    reference = valuelens.Encoder.from_pretrained(tiny_model_dir, recipe="va")
+    raw = reference.encode(CORPUS)
+    normalized = ValueLensEmbedding(str(tiny_model_dir), recipe="va")
+    np.testing.assert_allclose(
+        normalized.get_text_embedding_batch(CORPUS),
+        raw / np.linalg.norm(raw, axis=1, keepdims=True),
+        atol=1e-6,
+    )
+    plain = ValueLensEmbedding(str(tiny_model_dir), recipe="va", normalize=False)
+    np.testing.assert_allclose(plain.get_text_embedding_batch(CORPUS), raw, atol=1e-6)
+    np.testing.assert_allclose(plain.get_query_embedding(CORPUS[0]), raw[0], atol=1e-6)
+    assert normalized.dimension == reference.dimension == len(raw[0])
+
+
+def test_instructions_go_inside_the_prompt_template(tiny_model_dir: Path) -> None:
+    """``query_instruction`` is prepended to the text before the template is filled."""
+    embedding = ValueLensEmbedding(
+        str(tiny_model_dir),
+        recipe="aligned-wva",
+        prompt='This sentence: "{text}" means in one word:"',
+        query_instruction="Question: ",
+        text_instruction="Passage: ",
+        normalize=False,
+    )
+    by_hand = valuelens.Encoder.from_pretrained(
+        tiny_model_dir, recipe="aligned-wva", prompt='This sentence: "Question: {text}" means in one word:"'
+    )
+    np.testing.assert_allclose(embedding.get_query_embedding(CORPUS[0]), by_hand.encode(CORPUS[0]), atol=1e-6)
+    plain = valuelens.Encoder.from_pretrained(tiny_model_dir, recipe="aligned-wva", prompt="prompteol")
+    np.testing.assert_allclose(
+        embedding.get_text_embedding(CORPUS[1]), plain.encode("Passage: " + CORPUS[1]), atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "match"),
+    [
+        ({"recipe": "nope"}, valuelens.ConfigError, "unknown recipe 'nope'"),
+        ({"prompt": "zzz"}, valuelens.ConfigError, "unknown prompt 'zzz'"),
+        ({"layers": "deepest"}, valuelens.ConfigError, "deepest"),
+        ({"embed_filter": 2}, valuelens.SpaceMismatchError, "residual"),
+        ({"final_norm": True}, valuelens.ConfigError, "final_norm"),
+        ({"combine": "max"}, ValidationError, "combine"),
+        ({"max_length": 0}, ValidationError, "max_length"),
+        ({"dtype": "fp8"}, ValidationError, "dtype"),
+        ({"embed_batch_size": 0}, ValidationError, "embed_batch_size"),
+        ({"recipie": "va"}, ValidationError, "Extra inputs are not permitted"),
+    ],
+)
+def test_configuration_errors_come_before_any_loading(
+    fields: dict[str, Any], error: type, match: str
+) -> None:
+    """A folder that does not exist is never reached: the settings are checked first."""
+    with pytest.raises(error, match=match):
+        ValueLensEmbedding("/nonexistent/model/folder", **fields)
+
+
+def test_unknown_model_name_lists_the_registered_models() -> None:
+    with pytest.raises(ValueError, match="smollm2-135m"):
+        ValueLensEmbedding("smollm2-135", recipe="va")
+
+
+def test_encoder_sharing_reads_the_settings_from_the_encoder(tiny_encoder: valuelens.Encoder) -> None:
+    embedding = ValueLensEmbedding(encoder=tiny_encoder, query_instruction="Q: ")
+    assert embedding.encoder is tiny_encoder
+    assert embedding.model_name == str(tiny_encoder.name_or_path)
+    data = embedding.to_dict()
+    assert data["recipe"] == "aligned-wva"
+    assert data["prompt"] == "futureeol"
+    assert data["layers"] == list(tiny_encoder.layers)
+    assert data["device"] == "cpu"
+    assert data["dtype"] == "float32"
+    shared = ValueLensEmbedding.from_dict(data, encoder=tiny_encoder)
+    assert shared.encoder is tiny_encoder
+    assert shared.to_dict() == data
+    # agreeing values (aliases included) are accepted
+    ValueLensEmbedding(
+        encoder=tiny_encoder, recipe="ALIGNED_WVA", prompt="FutureEOL", device="cpu", dtype="fp32"
+    )
+
+
+def test_resolved_settings_are_recorded_for_an_exact_round_trip(tiny_model_dir: Path) -> None:
+    embedding = ValueLensEmbedding(str(tiny_model_dir), recipe="Aligned_WVA", prompt="FutureEOL")
+    data = embedding.to_dict()
+    assert data["recipe"] == "aligned-wva"
+    assert data["prompt"] == "futureeol"
+    assert data["layers"] == list(embedding.encoder.layers)  # what "auto" meant for this model
+    assert data["device"] is None and data["dtype"] is None  # kept as given: portable
+    shared = ValueLensEmbedding.from_dict(data, encoder=embedding.encoder)
+    assert shared.encoder is embedding.encoder
+    assert shared.to_dict() == data
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (
+            {"recipe": "va"},
+            "recipe='va' conflicts with the encoder passed as encoder= \\(its recipe is 'aligned-wva'\\)",
+        ),
+        ({"prompt": None}, "prompt=None conflicts"),
+        ({"layers": "auto"}, "leave layers unset when passing encoder="),
+        ({"max_length": 64}, "max_length=64 conflicts"),
+        ({"device": "cuda"}, "device='cuda' conflicts"),
+        ({"dtype": "bfloat16"}, "dtype='bfloat16' conflicts"),
+    ],
+)
+def test_encoder_sharing_rejects_conflicting_settings(
+    tiny_encoder: valuelens.Encoder, fields: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(valuelens.ConfigError, match=match):
+        ValueLensEmbedding(encoder=tiny_encoder, **fields)
+
+
+def test_encoder_must_be_a_valuelens_encoder() -> None:
+    with pytest.raises(TypeError, match=r"encoder must be a valuelens\.Encoder, got str"):
+        ValueLensEmbedding(encoder="smollm2-135m")
+
+
+def test_model_defining_fields_are_frozen_the_rest_is_live(tiny_va: ValueLensEmbedding) -> None:
+    with pytest.raises(ValidationError, match="frozen"):
+        tiny_va.recipe = "hs"  # type: ignore[misc]
+    embedding = ValueLensEmbedding(encoder=tiny_va.encoder, model_name=tiny_va.model_name)
+    normalized = embedding.get_text_embedding(CORPUS[0])
+    embedding.normalize = False
+    raw = embedding.get_text_embedding(CORPUS[0])
+    np.testing.assert_allclose(normalized, np.asarray(raw) / np.linalg.norm(raw), atol=1e-6)
+    embedding.query_instruction = "Query: "
+    assert not np.allclose(embedding.get_query_embedding(CORPUS[0]), raw)
+
+
+class _InFlight:
+    """Wraps ``Encoder.encode`` to record how many calls overlap."""
+
+    def __init__(self, encode: Any) -> None:
+        self.encode, self.now, self.peak, self.lock = encode, 0, 0, threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            time.sleep(0.05)  # hold the slot long enough for the others to arrive
+            return self.encode(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+@pytest.mark.parametrize(("num_workers", "peak"), [(None, 1), (3, 3)])
+def test_async_batches_run_concurrently_up_to_num_workers(
+    tiny_model_dir: Path, num_workers: int | None, peak: int
+) -> None:
+    encoder = valuelens.Encoder.from_pretrained(tiny_model_dir)
+    embedding = ValueLensEmbedding(encoder=encoder, embed_batch_size=1, num_workers=num_workers)
+    sequential = embedding.get_text_embedding_batch(CORPUS)
+    probe = _InFlight(encoder.encode)
+    encoder.encode = probe  # type: ignore[method-assign]
+    concurrent = asyncio.run(embedding.aget_text_embedding_batch(CORPUS))
+    assert probe.peak == peak
+    np.testing.assert_allclose(concurrent, sequential, atol=1e-6)
+
+
+def test_async_calls_do_not_block_the_event_loop(tiny_va: ValueLensEmbedding) -> None:
+    probe = _InFlight(tiny_va.encoder.encode)
+    embedding = ValueLensEmbedding(
+        encoder=valuelens.Encoder(tiny_va.encoder.model, tiny_va.encoder.tokenizer)
+    )
+    embedding.encoder.encode = probe  # type: ignore[method-assign]
+
+    async def run() -> int:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        await embedding.aget_query_embedding(CORPUS[0])
+        task.cancel()
+        return ticks
+
+    assert asyncio.run(run()) >= 3  # the loop kept running during the ~50 ms forward
+
+
+def test_batch_errors_name_the_global_index_and_open_no_event(
+    tiny_model_dir: Path, tiny_va: ValueLensEmbedding
+) -> None:
+    handler = LlamaDebugHandler(print_trace_on_end=False)
+    embedding = ValueLensEmbedding(
+        encoder=tiny_va.encoder,
+        model_name=tiny_va.model_name,
+        embed_batch_size=2,
+        callback_manager=CallbackManager([handler]),
+    )
+    texts: list[Any] = [*CORPUS[:5], None, CORPUS[6]]
+    with pytest.raises(TypeError, match=r"texts\[5\] is None \(NoneType\); every item must be a str"):
+        embedding.get_text_embedding_batch(texts)
+    with pytest.raises(TypeError, match=r"texts\[5\]"):
+        asyncio.run(embedding.aget_text_embedding_batch(texts))
+    assert handler.get_events(CBEventType.EMBEDDING) == []
+    with pytest.raises(TypeError, match="got a single str; use get_text_embedding"):
+        embedding.get_text_embedding_batch("one text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="query must be a str, got None"):
+        embedding.get_query_embedding(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="text must be a str, got 3"):
+        embedding.get_text_embedding(3)  # type: ignore[arg-type]
+    assert len(embedding.get_text_embedding_batch(CORPUS[:2])) == 2  # still usable
+
+
+def test_empty_text_is_embedded(tiny_va: ValueLensEmbedding) -> None:
+    vector = tiny_va.get_text_embedding("")
+    assert len(vector) == tiny_va.dimension
+    assert np.isfinite(vector).all()
+
+
+def test_truncation_is_reported(tiny_model_dir: Path) -> None:
+    embedding = ValueLensEmbedding(str(tiny_model_dir), max_length=8)
+    with pytest.warns(valuelens.TruncationWarning, match="max_length=8"):
+        vector = embedding.get_text_embedding(" ".join(CORPUS))
+    assert len(vector) == embedding.dimension
+
+
+def test_settings_accept_the_embedding(tiny_va: ValueLensEmbedding) -> None:
+    saved = Settings._embed_model  # the private slot: reading Settings.embed_model would resolve a default
+    try:
+        Settings.embed_model = tiny_va
+        assert Settings.embed_model is tiny_va
+        assert resolve_embed_model(tiny_va) is tiny_va
+    finally:
+        Settings._embed_model = saved

@@ -1,0 +1,163 @@
+"""ValuePooling in a real SentenceTransformer: conformance against valuelens.Encoder, and the rest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conformance import TEXTS, SentenceTransformerModuleConformance
+from sentence_transformers.base.modules import Normalize, Transformer
+
+from sentence_transformers import SentenceTransformer
+from valuelens import Encoder
+from valuelens.errors import ConfigError, UnsupportedModelError
+from valuelens_sentence_transformers import ValuePooling
+
+CASES = [
+    ("llama", {"recipe": "va", "layers": "all"}),
+    ("llama", {"recipe": "aligned-wva", "layers": [1, 2], "prompt": "futureeol"}),
+    ("llama", {"recipe": "last-token", "prompt": "prompteol", "embed_filter": 2}),
+    ("qwen3", {"recipe": "wva-lt", "layers": "half"}),
+    ("qwen3", {"recipe": "aligned-va", "layers": [0, 3], "embed_filter": 2, "prompt": "echo"}),
+    ("gpt2", {"recipe": "hs", "layers": "auto"}),
+]
+
+
+def _st(path: str, **kwargs) -> SentenceTransformer:
+    return SentenceTransformer(modules=[Transformer(path), ValuePooling(**kwargs)], device="cpu")
+
+
+@pytest.fixture(params=CASES, ids=[f"{a}-{c['recipe']}" for a, c in CASES], scope="module")
+def case(request):
+    return request.param
+
+
+@pytest.fixture
+def st_model(case, tiny_model_dir):
+    arch, kwargs = case
+    return _st(tiny_model_dir[arch], **kwargs)
+
+
+@pytest.fixture
+def reference(case, tiny_model_dir):
+    arch, kwargs = case
+    path = tiny_model_dir[arch]
+    return Encoder.from_pretrained(path, device="cpu", dtype="float32", **kwargs).encode
+
+
+class TestValuePoolingConformance(SentenceTransformerModuleConformance):
+    pass
+
+
+def test_layers_after_the_deepest_never_run(tiny_model_dir):
+    model = _st(tiny_model_dir["llama"], recipe="va", layers=[0, 1])
+    backbone = model[0].auto_model
+    assert len(backbone.layers) == 2 and backbone.config.num_hidden_layers == 2  # layers 2 and 3 are gone
+    assert model[1].layers == [0, 1]
+    calls: list[int] = []
+    handles = [
+        layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+        for i, layer in enumerate(backbone.layers)
+    ]
+    model.encode(TEXTS)
+    for handle in handles:
+        handle.remove()
+    assert sorted(set(calls)) == [0, 1]
+
+
+def test_auto_layers_are_resolved_and_saved(tiny_model_dir, tmp_path):
+    model = _st(tiny_model_dir["llama"], recipe="va", layers="auto")
+    assert model[1].get_config_dict()["layers"] == [2, 3]  # 50-85 % of 4 layers
+    model.save(str(tmp_path / "m"))
+    reloaded = SentenceTransformer(str(tmp_path / "m"), trust_remote_code=True, device="cpu")
+    assert reloaded[1].layers == [2, 3]
+    np.testing.assert_array_equal(reloaded.encode(TEXTS), model.encode(TEXTS))
+
+
+def test_embed_filter_projection_is_saved_in_safetensors(tiny_model_dir, tmp_path):
+    model = _st(tiny_model_dir["llama"], recipe="aligned-wva", layers="all", embed_filter=2)
+    model.save(str(tmp_path / "m"))
+    files = sorted(p.name for p in (tmp_path / "m" / "1_ValuePooling").iterdir())
+    assert files == ["config.json", "model.safetensors"]
+    from safetensors.torch import load_file
+
+    stored = load_file(str(tmp_path / "m" / "1_ValuePooling" / "model.safetensors"))
+    assert stored["embed_filter_projection"].shape == (32, 64)
+    # the backbone is saved once, by the Transformer module
+    assert not list((tmp_path / "m" / "1_ValuePooling").glob("*.bin"))
+
+
+def test_half_precision_and_device_moves(tiny_model_dir):
+    model = _st(tiny_model_dir["qwen3"], recipe="aligned-wva", layers="all", prompt="prompteol")
+    want = model.encode(TEXTS, normalize_embeddings=True)
+    model.to("cpu")
+    model.to(torch.bfloat16)
+    got = model.encode(TEXTS, normalize_embeddings=True)
+    assert np.isfinite(got).all()
+    assert (got * want).sum(1).min() > 0.99
+
+
+def test_multi_process_pool(tiny_model_dir):
+    model = _st(tiny_model_dir["llama"], recipe="va", layers="all", prompt="prompteol")
+    want = model.encode(TEXTS * 3)
+    pool = model.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        got = model.encode(TEXTS * 3, pool=pool, batch_size=4)
+    finally:
+        model.stop_multi_process_pool(pool)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_bad_configuration_fails_before_any_forward():
+    with pytest.raises(ConfigError, match="unknown recipe"):
+        ValuePooling(recipe="mean")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        ValuePooling(layers="middle")
+    with pytest.raises(ConfigError, match="aligned-va"):
+        ValuePooling(recipe="va", embed_filter=2)
+    with pytest.raises(ConfigError, match="metaeol"):
+        ValuePooling(prompt="metaeol")
+
+
+def test_out_of_range_layers_name_the_layer_count(tiny_model_dir):
+    with pytest.raises(ConfigError, match="has 4 decoder layers"):
+        _st(tiny_model_dir["llama"], layers=[7])
+
+
+def test_needs_a_transformer_in_front():
+    with pytest.raises(UnsupportedModelError, match="must follow a sentence_transformers Transformer"):
+        SentenceTransformer(modules=[Normalize(), ValuePooling()], device="cpu")
+
+
+def test_encoder_only_backbone_is_refused(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from tiny_models import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
+    ).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="decoder LLM"):
+        _st(str(tmp_path), recipe="va")
+
+
+def test_non_text_input_is_a_clear_error(tiny_model_dir):
+    model = _st(tiny_model_dir["llama"], recipe="va")
+    with pytest.raises(TypeError, match=r"inputs\[1\]"):
+        model.encode(["fine", 3])
+    assert model.encode(["still works"]).shape[0] == 1
+
+
+def test_unbound_module_explains_itself():
+    module = ValuePooling()
+    assert module.get_embedding_dimension() is None
+    with pytest.raises(RuntimeError, match="not bound"):
+        module.encoder  # noqa: B018
