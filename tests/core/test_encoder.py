@@ -275,3 +275,36 @@ def test_encode_many_shares_forward_passes(tiny_llama, tiny_tokenizer):
     # two prompt groups (none, prompteol) x two batches of 4 = 4 forwards for 5 recipes
     assert len(calls) == 4
     assert encode_many(encoders[:2], [])[0].shape == (0, encoders[0].dimension)
+
+
+def test_settings_rebuild_and_conflicts(tmp_path, tiny_tokenizer):
+    model = build_tiny_model("llama", len(tiny_tokenizer))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    enc = Encoder(
+        model, tiny_tokenizer, recipe="aligned-wva", layers="half", prompt="PromptEOL", embed_filter=2
+    )
+    settings = enc.settings()
+    assert (
+        settings["layers"] == [2, 3] and settings["prompt"] == "prompteol" and settings["embed_filter"] == 2.0
+    )
+    rebuilt = Encoder.from_pretrained(tmp_path, dtype="float32", truncate_layers=False, **settings)
+    np.testing.assert_allclose(rebuilt.encode(CORPUS), enc.encode(CORPUS), atol=1e-5)
+    assert enc.conflicts(recipe="aligned_wva", layers="auto", prompt="prompteol", max_length=None) == []
+    assert enc.conflicts(layers="2-3", embed_filter=2) == []
+    found = enc.conflicts(recipe="va", prompt=None, layers=[0], embed_filter=None)
+    assert [f.split("=")[0] for f in found] == ["recipe", "prompt", "layers", "embed_filter"]
+    assert "(the encoder has 'aligned-wva')" in found[0]
+    with pytest.raises(ConfigError, match="unknown setting 'colour'"):
+        enc.conflicts(colour="red")
+
+
+def test_auto_layers_table_per_recipe(monkeypatch, tiny_llama, tiny_tokenizer):
+    from valuelens import layers
+
+    monkeypatch.setitem(layers.AUTO_LAYERS, ("llama", 4, 64), {"va": (0, 1), "*": (3,)})
+    assert Encoder(tiny_llama, tiny_tokenizer, recipe="va").layers == (0, 1)
+    assert Encoder(tiny_llama, tiny_tokenizer, recipe="hs").layers == (3,)
+    assert Encoder(tiny_llama, tiny_tokenizer, recipe="last-token").layers == (
+        3,
+    )  # last layer, not the table

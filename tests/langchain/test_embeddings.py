@@ -228,7 +228,7 @@ def test_prebuilt_encoder_settings(encoder: valuelens.Encoder) -> None:
         model=encoder, recipe="VA", layers=list(encoder.layers), device="cpu", dtype="float32"
     )
     ValueLensEmbeddings(model=encoder, layers="auto")
-    with pytest.raises(valuelens.ConfigError, match=r"recipe='hs' \(the Encoder uses 'va'\)"):
+    with pytest.raises(valuelens.ConfigError, match=r"recipe='hs' \(the encoder has 'va'\)"):
         ValueLensEmbeddings(model=encoder, recipe="hs")
     with pytest.raises(valuelens.ConfigError, match=r"layers=\[0\].*prompt|prompt=.*layers=\[0\]"):
         ValueLensEmbeddings(model=encoder, layers=[0], prompt="echo")

@@ -176,7 +176,7 @@ def test_resolved_settings_are_recorded_for_an_exact_round_trip(tiny_model_dir: 
             "recipe='va' conflicts with the encoder passed as encoder= \\(its recipe is 'aligned-wva'\\)",
         ),
         ({"prompt": None}, "prompt=None conflicts"),
-        ({"layers": "auto"}, "leave layers unset when passing encoder="),
+        ({"layers": [0]}, "leave layers unset when passing encoder="),
         ({"max_length": 64}, "max_length=64 conflicts"),
         ({"device": "cuda"}, "device='cuda' conflicts"),
         ({"dtype": "bfloat16"}, "dtype='bfloat16' conflicts"),

@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
 from valuelens.embed_filter import EmbedFilter
-from valuelens.encoder import Encoder, EncoderConfig, TruncationWarning
+from valuelens.encoder import Encoder, EncoderConfig, TruncationWarning, check_texts, encode_many
 from valuelens.errors import (
     ConfigError,
     ModelProvisioningError,
@@ -47,5 +47,7 @@ __all__ = [
     "ValueLensError",
     "__version__",
     "capturing",
+    "check_texts",
+    "encode_many",
     "start_capture",
 ]

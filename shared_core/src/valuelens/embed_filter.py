@@ -142,6 +142,7 @@ class EmbedFilter:
     offset: int = 0
     hidden_size: int = 0
     singular_values: Tensor | None = None  # of the kept band, for inspection
+    kind: Literal["spectral", "truncation", "random"] = "spectral"
 
     @classmethod
     def from_weight(cls, weight: Tensor, tau: float = 2, offset: int = 0) -> EmbedFilter:
@@ -150,6 +151,32 @@ class EmbedFilter:
         d = vh.shape[1]
         start, stop = band(d, tau, offset)
         return cls(vh[start:stop].clone(), float(tau), int(offset), d, s[start:stop].clone())
+
+    @classmethod
+    def truncation(cls, hidden_size: int, tau: float = 2) -> EmbedFilter:
+        """Ablation baseline: keep the first ``d // tau`` coordinates (Matryoshka-style truncation)."""
+        start, stop = band(hidden_size, tau)
+        return cls(
+            torch.eye(hidden_size)[: stop - start].contiguous(),
+            float(tau),
+            0,
+            hidden_size,
+            None,
+            "truncation",
+        )
+
+    @classmethod
+    def random_subset(cls, hidden_size: int, tau: float = 2, seed: int = 0) -> EmbedFilter:
+        """Ablation baseline: keep ``d // tau`` coordinates chosen at random (seeded)."""
+        start, stop = band(hidden_size, tau)
+        rows = (
+            torch.randperm(hidden_size, generator=torch.Generator().manual_seed(seed))[: stop - start]
+            .sort()
+            .values
+        )
+        return cls(
+            torch.eye(hidden_size)[rows].contiguous(), float(tau), int(seed), hidden_size, None, "random"
+        )
 
     @classmethod
     def from_model(
@@ -227,8 +254,13 @@ class EmbedFilter:
             int(config["offset"]),
             int(config["hidden_size"]),
             tensors.get("singular_values"),
+            config.get("kind", "spectral"),
         )
 
     def __repr__(self) -> str:
+        if self.kind != "spectral":
+            return (
+                f"EmbedFilter(kind={self.kind!r}, tau={self.tau:g}, {self.hidden_size} -> {self.dimension})"
+            )
         start, stop = self.band
         return f"EmbedFilter(tau={self.tau:g}, offset={self.offset}, band=[{start}, {stop}), {self.hidden_size} -> {self.dimension})"

@@ -26,7 +26,7 @@ from valuelens.architectures import ModelParts, locate
 from valuelens.capture import CapturePlan, StopForward, capturing
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError, SpaceMismatchError
-from valuelens.layers import AUTO_LAYERS, LayerSpec, depth_band, resolve_layers, validate_spec
+from valuelens.layers import LayerSpec, auto_layers, depth_band, resolve_layers, validate_spec
 from valuelens.pooling import combine_layers, last_index, token_weights
 from valuelens.prompts import Prompt, resolve_prompt
 from valuelens.recipes import Recipe, get_recipe
@@ -107,13 +107,15 @@ def _space_message(recipe: Recipe, dims: str = "") -> str:
 
 def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: int) -> tuple[int, ...]:
     """What ``layers="auto"`` means for ``recipe`` on a model: the last layer for last-token/WMP
-    recipes, else a per-model default (:data:`valuelens.layers.AUTO_LAYERS`) or the 50–85 % band."""
+    recipes, else a per-model, per-recipe default (:data:`valuelens.layers.AUTO_LAYERS`) or the 50–85 %
+    band."""
     if recipe.auto_layers == "last":
         return (n_layers - 1,)
-    return AUTO_LAYERS.get((model_type, n_layers, hidden_size), depth_band(n_layers))
+    return auto_layers(model_type, n_layers, hidden_size, recipe.name) or depth_band(n_layers)
 
 
-def _resolve_dtype(dtype: DTypeSpec) -> torch.dtype | str | None:
+def resolve_dtype(dtype: DTypeSpec) -> torch.dtype | str | None:
+    """A dtype setting (``"float32"``, ``"bf16"``, ``"auto"``, a ``torch.dtype``, ``None``) as transformers takes it."""
     if dtype is None or isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     table = {
@@ -131,9 +133,16 @@ def _resolve_dtype(dtype: DTypeSpec) -> torch.dtype | str | None:
         raise ConfigError(msg) from None
 
 
-def _check_texts(texts: Any) -> tuple[list[str], bool]:
-    """Validate input texts; return them as a list and whether a single string was given."""
+def check_texts(texts: Any, *, allow_single: bool = True) -> tuple[list[str], bool]:
+    """Validate input texts; return them as a list and whether a single string was given.
+
+    Usage: ``items, single = check_texts(["a", "b"])``. ``None``, bytes, non-iterables and non-string
+    items raise ``TypeError`` (naming the index); with ``allow_single=False`` a bare string does too.
+    """
     if isinstance(texts, str):
+        if not allow_single:
+            msg = "texts must be a list of strings, got a single str (wrap it in a list)"
+            raise TypeError(msg)
         return [texts], True
     if texts is None:
         msg = "texts must be a string or a list of strings, got None"
@@ -251,7 +260,7 @@ class Encoder:
             combine=combine,
             final_norm=final_norm,
         )
-        torch_dtype = _resolve_dtype(dtype)
+        torch_dtype = resolve_dtype(dtype)
         local = models.path(path)
         hf_config = AutoConfig.from_pretrained(
             local, trust_remote_code=model_kwargs.get("trust_remote_code", False)
@@ -279,13 +288,22 @@ class Encoder:
             torch_dtype = torch.float32
         if torch_dtype is not None:
             kwargs["dtype"] = torch_dtype
+        # transformers reports the LM head (never loaded here) and any layers left out as "unexpected"
+        # keys: silence that report and warn only about weights that are really missing
         previous = hf_logging.get_verbosity()
-        if text_config.num_hidden_layers < n_layers:
-            hf_logging.set_verbosity_error()  # the layers left out are reported as "unexpected" keys
+        hf_logging.set_verbosity_error()
         try:
-            model = AutoModel.from_pretrained(local, config=hf_config, **kwargs)
+            model, info = AutoModel.from_pretrained(
+                local, config=hf_config, output_loading_info=True, **kwargs
+            )
         finally:
             hf_logging.set_verbosity(previous)
+        if info.get("missing_keys"):
+            missing = sorted(info["missing_keys"])
+            warnings.warn(
+                f"{local}: {len(missing)} weights were not in the checkpoint and are random: {missing[:5]}",
+                stacklevel=2,
+            )
         if "device_map" not in kwargs:
             model.to(target)
         model.eval()
@@ -329,6 +347,55 @@ class Encoder:
     def dimension(self) -> int:
         """Size of the embeddings :meth:`encode` returns."""
         return self.embed_filter.dimension if self.embed_filter is not None else self.raw_dimension
+
+    def settings(self) -> dict[str, Any]:
+        """The settings that define this encoder's embeddings, with ``layers`` as an explicit list.
+
+        Usage: ``Encoder.from_pretrained(path, **enc.settings())`` rebuilds the same embeddings.
+        """
+        ef = self.embed_filter
+        return {
+            "recipe": self.recipe.name,
+            "layers": list(self.layers),
+            "prompt": self.config.prompt,
+            "embed_filter": None if ef is None else float(ef.tau),
+            "embed_filter_offset": self.config.embed_filter_offset if ef is None else int(ef.offset),
+            "max_length": self.max_length,
+            "combine": self.config.combine,
+            "final_norm": self.config.final_norm,
+        }
+
+    def conflicts(self, **given: Any) -> list[str]:
+        """Which of the ``given`` settings disagree with this encoder, as readable strings.
+
+        Values are normalized the way the encoder would normalize them (recipe aliases, prompt names,
+        layer specs, ``max_length=None`` as the default); ``layers="auto"`` agrees with any layers.
+        Usage: ``if enc.conflicts(recipe="va", prompt=None): ...``.
+        """
+        actual = self.settings()
+        found = []
+        for key, value in given.items():
+            if key not in actual:
+                msg = f"unknown setting {key!r}: choose from {sorted(actual)}"
+                raise ConfigError(msg)
+            if key == "layers":
+                if isinstance(value, str) and value.strip().lower() == "auto":
+                    continue
+                try:
+                    wanted: Any = list(resolve_layers(value, self.parts.n_layers, auto=self.layers))
+                except ConfigError:
+                    wanted = value
+            elif key in ("recipe", "prompt"):
+                wanted = getattr(EncoderConfig(**{key: value}), key)
+            elif key == "embed_filter":
+                wanted = None if value is None else float(value)
+            elif key == "max_length":
+                wanted = DEFAULT_MAX_LENGTH if value is None else value
+            else:
+                wanted = value
+            if wanted != actual[key]:
+                found.append(f"{key}={value!r} (the encoder has {actual[key]!r})")
+        return found
 
     def capture_plan(self) -> CapturePlan:
         """The capture this encoder needs (for host frameworks that run the forward themselves)."""
@@ -415,7 +482,7 @@ class Encoder:
         gives a ``[0, dimension]`` array. Texts longer than ``max_length`` tokens are truncated (the
         prompt is kept) with one :class:`TruncationWarning` per call.
         """
-        items, single = _check_texts(texts)
+        items, single = check_texts(texts)
         (result,) = encode_many(
             [self],
             items,
@@ -509,7 +576,7 @@ def encode_many(
 
     Usage: ``va, hs = encode_many([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")], texts)``.
     """
-    items, _ = _check_texts(texts)
+    items, _ = check_texts(texts)
     _check_batch_size(batch_size)
     outputs: list[Tensor | None] = [None] * len(encoders)
     groups: dict[tuple, list[int]] = {}

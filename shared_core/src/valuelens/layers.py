@@ -18,13 +18,22 @@ LayerSpec = str | int | Sequence[int]
 
 NAMED_SPECS = ("auto", "all", "half", "last", "band")
 
-#: Per-model defaults for ``layers="auto"``, keyed by (model_type, n_layers, hidden_size).
-#: The first two come from the Value Aggregation paper; the bundled models' bands were chosen on
-#: STS-B dev with ``valuelens sweep`` (see docs/results.md).
-AUTO_LAYERS: dict[tuple[str, int, int], tuple[int, ...]] = {
-    ("llama", 32, 4096): tuple(range(20, 28)),  # Llama-2-7B: layers 20-27
-    ("qwen3", 36, 4096): (26, 27, 29, 30, 31),  # Qwen3-8B
+#: Per-model defaults for ``layers="auto"``, keyed by (model_type, n_layers, hidden_size), then by
+#: recipe name (``"*"``: every recipe without its own entry). The first two come from the Value
+#: Aggregation paper; the bundled models' bands were chosen on STS-B dev (never test) with
+#: ``valuelens sweep`` as the best contiguous band of at least three layers (docs/results.md).
+AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
+    ("llama", 32, 4096): {"*": tuple(range(20, 28))},  # Llama-2-7B: layers 20-27
+    ("qwen3", 36, 4096): {"*": (26, 27, 29, 30, 31)},  # Qwen3-8B
 }
+
+
+def auto_layers(model_type: str, n_layers: int, hidden_size: int, recipe: str) -> tuple[int, ...] | None:
+    """The per-model ``"auto"`` layers for ``recipe``, or ``None`` if the model has no entry."""
+    table = AUTO_LAYERS.get((model_type, n_layers, hidden_size))
+    if table is None:
+        return None
+    return table.get(recipe, table.get("*"))
 
 
 def depth_band(n_layers: int, low: float = 0.5, high: float = 0.85) -> tuple[int, ...]:

@@ -24,22 +24,12 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
 
 import valuelens
-from valuelens.encoder import default_layers
-from valuelens.layers import resolve_layers
+from valuelens.encoder import resolve_dtype
 
 __all__ = ["ValueLensEmbeddings"]
 
 #: Fields that define the embedding pipeline; with an already-built model they must agree with it.
 _PIPELINE_FIELDS = ("recipe", "layers", "prompt", "embed_filter", "max_length", "device", "dtype")
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
 
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -123,7 +113,7 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
     def _load(self, model: str | os.PathLike[str] | None) -> valuelens.Encoder:
         # Check every setting before any (possibly slow) model provisioning.
         if self.dtype is not None:
-            _dtype_of(self.dtype)
+            resolve_dtype(self.dtype)
         if self.device is not None:
             try:
                 torch.device(self.device)
@@ -151,34 +141,18 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
     def _adopt_encoder(self, encoder: valuelens.Encoder) -> None:
         """Check explicitly set pipeline fields against ``encoder``, then mirror its settings."""
         explicit = self.model_fields_set
-        conflicts: list[str] = []
-        if "recipe" in explicit:
-            wanted = valuelens.EncoderConfig(recipe=self.recipe).recipe
-            if wanted != encoder.config.recipe:
-                conflicts.append(f"recipe={self.recipe!r} (the Encoder uses {encoder.config.recipe!r})")
-        if "prompt" in explicit:
-            wanted_prompt = valuelens.EncoderConfig(prompt=self.prompt).prompt
-            if wanted_prompt != encoder.config.prompt:
-                conflicts.append(f"prompt={self.prompt!r} (the Encoder uses {encoder.config.prompt!r})")
-        if "layers" in explicit and not (
-            isinstance(self.layers, str) and self.layers.strip().lower() == "auto"
-        ):
-            parts = encoder.parts
-            auto = default_layers(encoder.recipe, parts.model_type, parts.n_layers, parts.hidden_size)
-            if resolve_layers(self.layers, parts.n_layers, auto=auto) != encoder.layers:
-                conflicts.append(f"layers={self.layers!r} (the Encoder reads layers {list(encoder.layers)})")
-        if "embed_filter" in explicit:
-            tau = encoder.embed_filter.tau if encoder.embed_filter is not None else None
-            if self.embed_filter != tau:
-                conflicts.append(f"embed_filter={self.embed_filter!r} (the Encoder uses {tau!r})")
-        if "max_length" in explicit and self.max_length is not None and self.max_length != encoder.max_length:
-            conflicts.append(f"max_length={self.max_length!r} (the Encoder uses {encoder.max_length})")
+        given = {
+            k: getattr(self, k)
+            for k in ("recipe", "layers", "prompt", "embed_filter", "max_length")
+            if k in explicit
+        }
+        conflicts = encoder.conflicts(**given)
         if "device" in explicit and self.device is not None and not _same_device(self.device, encoder.device):
-            conflicts.append(f"device={self.device!r} (the Encoder's model is on {str(encoder.device)!r})")
+            conflicts.append(f"device={self.device!r} (the encoder's model is on {str(encoder.device)!r})")
         if "dtype" in explicit and self.dtype is not None:
             model_dtype = next(encoder.model.parameters()).dtype
-            if _dtype_of(self.dtype) not in (None, model_dtype):
-                conflicts.append(f"dtype={self.dtype!r} (the Encoder's model is {model_dtype})")
+            if resolve_dtype(self.dtype) not in (None, "auto", model_dtype):
+                conflicts.append(f"dtype={self.dtype!r} (the encoder's model is {model_dtype})")
         if conflicts:
             msg = (
                 "these settings disagree with the valuelens.Encoder passed as `model`: "
@@ -188,11 +162,9 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
             )
             raise valuelens.ConfigError(msg)
         # Mirror what will actually run, so the fields (and repr) describe the embeddings.
-        self.recipe = encoder.config.recipe
-        self.layers = list(encoder.layers)
-        self.prompt = encoder.config.prompt
-        self.embed_filter = encoder.embed_filter.tau if encoder.embed_filter is not None else None
-        self.max_length = encoder.max_length
+        settings = encoder.settings()
+        for key in ("recipe", "layers", "prompt", "embed_filter", "max_length"):
+            setattr(self, key, settings[key])
 
     def _adopt_sentence_transformer(self, model: Any) -> None:
         """A SentenceTransformer defines its own pipeline: pipeline fields cannot be set with it."""
@@ -307,17 +279,3 @@ def _is_sentence_transformer(obj: Any) -> bool:
 def _same_device(wanted: str | torch.device, actual: torch.device) -> bool:
     target = torch.device(wanted)
     return target.type == actual.type and (target.index is None or target.index == (actual.index or 0))
-
-
-def _dtype_of(spec: str | torch.dtype) -> torch.dtype | None:
-    """The torch dtype a ``dtype`` setting names (``None`` for ``"auto"``)."""
-    if isinstance(spec, torch.dtype):
-        return spec
-    key = str(spec).strip().lower()
-    if key == "auto":
-        return None
-    try:
-        return _DTYPES[key]
-    except KeyError:
-        msg = f"unknown dtype {spec!r}: use 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype"
-        raise valuelens.ConfigError(msg) from None

@@ -278,18 +278,21 @@ def _column(r: TaskResult) -> str:
     return r.task if r.split == "test" else f"{r.task} ({r.split})"
 
 
-def results_to_markdown(results: ResultsInput, *, label: str = "model", digits: int = 1) -> str:
+def results_to_markdown(
+    results: ResultsInput, *, label: str = "model", digits: int = 1, show_time: bool = True
+) -> str:
     """Markdown table: a row per label, a column per task (main score ×100), then dims and encode time.
 
     Usage: ``results_to_markdown({"mean-pool": [r1, r2], "wva": [r3, r4]})``.
     A ``†`` marks scores computed on a ``limit`` subsample; a legend names each column's metric.
+    ``show_time=False`` leaves the encode-time column out (e.g. when recipes shared forward passes).
     """
     grouped = _group(results, label)
     columns: dict[str, TaskResult] = {}
     for rs in grouped.values():
         for r in rs:
             columns.setdefault(_column(r), r)
-    header = ["model", *columns, "dim", "encode s"]
+    header = ["model", *columns, "dim", *(["encode s"] if show_time else [])]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     any_limited = False
     for name, rs in grouped.items():
@@ -307,11 +310,13 @@ def results_to_markdown(results: ResultsInput, *, label: str = "model", digits: 
             cells.append(text)
         dims = sorted({r.embedding_dim for r in rs})
         cells.append("/".join(str(d) for d in dims) or "–")
-        cells.append(f"{sum(r.encode_seconds for r in rs):.1f}")
+        if show_time:
+            cells.append(f"{sum(r.encode_seconds for r in rs):.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     legend = ", ".join(f"{col}: {r.main_metric}" for col, r in columns.items())
     lines.append("")
-    lines.append(f"Scores ×100 ({legend}). encode s: total encode wall time over the row's tasks.")
+    timing = " encode s: total encode wall time over the row's tasks." if show_time else ""
+    lines.append(f"Scores ×100 ({legend}).{timing}")
     if any_limited:
         lines.append("† computed on a seeded subsample (`limit`), not comparable with full-split scores.")
     return "\n".join(lines) + "\n"

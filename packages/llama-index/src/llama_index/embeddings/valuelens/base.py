@@ -25,8 +25,6 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
 from valuelens import ConfigError, Encoder, EncoderConfig
 from valuelens.models import DEFAULT_MODEL
-from valuelens.prompts import resolve_prompt
-from valuelens.recipes import get_recipe
 
 __all__ = ["DEFAULT_EMBED_BATCH_SIZE", "ValueLensEmbedding"]
 
@@ -168,7 +166,7 @@ class ValueLensEmbedding(BaseEmbedding):
             raise TypeError(msg)
         actual = _settings_of(encoder)
         for key in _ENCODER_FIELDS:
-            if key in fields and not _same_setting(key, fields[key], actual[key]):
+            if key in fields and _conflict(encoder, key, fields[key], actual[key]) is not None:
                 msg = (
                     f"{key}={fields[key]!r} conflicts with the encoder passed as encoder= (its {key} is "
                     f"{actual[key]!r}); leave {key} unset when passing encoder=, or build a new encoder"
@@ -296,45 +294,41 @@ def _check_texts(texts: Any) -> list[str]:
 
 def _settings_of(encoder: Encoder) -> dict[str, Any]:
     """The encoder-defining field values that describe ``encoder``."""
-    config = encoder.config
-    ef = encoder.embed_filter
     param = next(encoder.model.parameters(), None)
     dtype = None if param is None else str(param.dtype).removeprefix("torch.")
+    settings = encoder.settings()
+    settings["max_length"] = encoder.config.max_length  # None stays None (portable default)
     return {
-        "recipe": encoder.recipe.name,
-        "layers": list(encoder.layers),
-        "prompt": config.prompt,
-        "embed_filter": None if ef is None else float(ef.tau),
-        "embed_filter_offset": config.embed_filter_offset if ef is None else int(ef.offset),
-        "max_length": config.max_length,
-        "combine": config.combine,
-        "final_norm": config.final_norm,
+        **settings,
         "device": str(encoder.device),
         "dtype": dtype if dtype in ("float32", "bfloat16", "float16") else None,
     }
 
 
-def _same_setting(key: str, given: Any, actual: Any) -> bool:
-    """Whether an explicitly passed field value agrees with what the encoder has."""
-    try:
-        if key == "recipe":
-            return get_recipe(given).name == actual
-        if key == "prompt":
-            prompt = resolve_prompt(given)
-            return (None if prompt is None else prompt.spec) == actual
-        if key == "layers":
-            if isinstance(given, int) and not isinstance(given, bool):
-                given = [given]
-            return isinstance(given, (list, tuple)) and list(given) == actual
-        if key == "device":
-            if given is None:
-                return True
+def _conflict(encoder: Encoder, key: str, given: Any, actual: Any) -> str | None:
+    """Why an explicitly passed field value disagrees with the encoder (``None`` if it agrees)."""
+    if key == "device":
+        if given is None:
+            return None
+        try:
             wanted, have = torch.device(given), torch.device(actual)
-            return wanted.type == have.type and wanted.index in (None, have.index)
-        if key == "dtype":
-            return given in (None, "auto") or _DTYPE_ALIASES.get(given, given) == actual
-        if key == "embed_filter" and given is not None and actual is not None:
-            return float(given) == actual
-    except (ValueError, TypeError, RuntimeError):
-        return False
-    return given == actual
+        except (RuntimeError, TypeError):
+            return f"device={given!r} is not a device"
+        return (
+            None if wanted.type == have.type and wanted.index in (None, have.index) else f"device={given!r}"
+        )
+    if key == "dtype":
+        return (
+            None
+            if given in (None, "auto") or _DTYPE_ALIASES.get(given, given) == actual
+            else f"dtype={given!r}"
+        )
+    if key in ("embed_filter_offset", "combine", "final_norm"):
+        return None if given == actual else f"{key}={given!r}"
+    if key == "max_length":
+        return None if given in (None, encoder.max_length) else f"max_length={given!r}"
+    try:
+        found = encoder.conflicts(**{key: given})
+    except (ValueError, TypeError):
+        return f"{key}={given!r}"
+    return found[0] if found else None

@@ -1,0 +1,241 @@
+"""The ``valuelens`` CLI end to end on a tiny model and a tiny task (typer's runner, real files)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from valuelens import EmbedFilter, Encoder
+from valuelens.cli import app, read_texts, read_vectors
+from valuelens.errors import ConfigError
+from valuelens.shared import SharedEncoding
+from valuelens.variants import parse_variant, parse_variants
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli-model")
+    tokenizer = build_tokenizer()
+    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sts_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-sts")
+    rows = [
+        {"sentence1": a, "sentence2": b, "score": float(i % 5)}
+        for i, (a, b) in enumerate(zip(CORPUS, CORPUS[1:] + CORPUS[:1], strict=True))
+    ]
+    (path / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (path / "dev.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    return result
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl", ".csv", ".parquet"])
+def test_embed_every_input_format(model_dir, tmp_path, suffix):
+    source = tmp_path / f"in{suffix}"
+    if suffix == ".txt":
+        source.write_text("\n".join(CORPUS[:4]) + "\n\n")
+    elif suffix == ".jsonl":
+        source.write_text(
+            "\n".join(json.dumps({"body": t, "key": f"k{i}"}) for i, t in enumerate(CORPUS[:4]))
+        )
+    elif suffix == ".csv":
+        source.write_text("body,key\n" + "\n".join(f'"{t}",k{i}' for i, t in enumerate(CORPUS[:4])))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"body": CORPUS[:4], "key": [f"k{i}" for i in range(4)]}), source)
+    extra = [] if suffix == ".txt" else ["--field", "body", "--id-field", "key"]
+    out = tmp_path / "out.parquet"
+    result = _invoke(
+        "embed",
+        str(source),
+        "-o",
+        str(out),
+        "--model",
+        model_dir,
+        "--recipe",
+        "va",
+        "--layers",
+        "all",
+        *extra,
+    )
+    assert result.exit_code == 0, result.output
+    vectors, ids, texts, settings = read_vectors(out)
+    assert texts == CORPUS[:4] and vectors.shape == (4, 32)
+    assert ids == (["0", "1", "2", "3"] if suffix == ".txt" else ["k0", "k1", "k2", "k3"])
+    assert settings["recipe"] == "va" and settings["dimension"] == 32
+    want = Encoder.from_pretrained(model_dir, recipe="va", layers="all").encode(CORPUS[:4], normalize=True)
+    np.testing.assert_allclose(vectors, want, atol=1e-5)
+
+
+def test_embed_npy_and_search(model_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(CORPUS))
+    npy = tmp_path / "v.npy"
+    assert _invoke("embed", str(source), "-o", str(npy), "--model", model_dir).exit_code == 0
+    assert np.load(npy).shape == (len(CORPUS), 32) and json.loads(npy.with_suffix(".json").read_text())[
+        "ids"
+    ] == list(range(len(CORPUS)))
+    pq_out = tmp_path / "v.parquet"
+    assert (
+        _invoke(
+            "embed",
+            str(source),
+            "-o",
+            str(pq_out),
+            "--model",
+            model_dir,
+            "--prompt",
+            "prompteol",
+            "--recipe",
+            "aligned-wva",
+        ).exit_code
+        == 0
+    )
+    result = _invoke("search", str(pq_out), CORPUS[2], "-k", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    at = lines.index(CORPUS[2])
+    assert lines[at + 1].strip().endswith(CORPUS[2])  # a text is its own nearest neighbour
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["embed", "missing.txt", "-o", "x.npy"], "does not exist"),
+        (["embed", "{src}", "-o", "x.npy", "--recipe", "vaa"], "unknown recipe"),
+        (["embed", "{src}", "-o", "x.csv"], "use .npy or .parquet"),
+        (["embed", "{jsonl}", "-o", "x.npy", "--field", "nope"], "has no field 'nope'"),
+        (["eval", "stsb", "--recipes", "va@middle"], "cannot parse"),
+    ],
+)
+def test_errors_are_clear(model_dir, tmp_path, args, message):
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "hi"}\n')
+    args = [a.format(src=src, jsonl=jsonl) for a in args]
+    args = [a if a != "x.npy" and a != "x.csv" else str(tmp_path / a) for a in args]
+    result = _invoke(*args, "--model", model_dir)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
+    out = tmp_path / "report"
+    result = _invoke(
+        "eval",
+        str(sts_dir),
+        "--model",
+        model_dir,
+        "--recipes",
+        "hs,va@all,prompteol+ef2,prompteol+trunc2",
+        "--out",
+        str(out),
+        "--time-sample",
+        "4",
+    )
+    assert result.exit_code == 0, result.output
+    report = out.with_suffix(".md").read_text()
+    for label in ("hs", "va@all", "prompteol+ef2", "prompteol+trunc2", "ms / text"):
+        assert f"| {label} |" in report or label in report
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert set(data["results"]) == {"hs", "va@all", "prompteol+ef2", "prompteol+trunc2"}
+    score = data["results"]["va@all"][0]["main_score"]
+    from valuelens.evaluation import evaluate
+
+    direct = evaluate(Encoder.from_pretrained(model_dir, recipe="va", layers="all"), sts_dir)
+    assert score == pytest.approx(direct.main_score, abs=1e-9)
+
+
+def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):
+    out = tmp_path / "sweep"
+    result = _invoke(
+        "sweep",
+        str(sts_dir),
+        "--model",
+        model_dir,
+        "--recipe",
+        "va,hs",
+        "--split",
+        "dev",
+        "--min-width",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    for recipe in ("va", "hs"):
+        data = json.loads((tmp_path / f"sweep-{recipe}.json").read_text())
+        assert len(data["per_layer"]) == 4
+        a, b = data["best_band"]
+        assert b - a + 1 >= 2 and data["best_band_score"] == max(data["bands"].values())
+        assert (tmp_path / f"sweep-{recipe}.png").stat().st_size > 1000
+
+
+def test_models_list():
+    result = _invoke("models", "list")
+    assert result.exit_code == 0 and "smollm2-135m" in result.output and "(default)" in result.output
+
+
+def test_read_texts_skips_blank_lines(tmp_path):
+    src = tmp_path / "a.txt"
+    src.write_text("one\n\n  \ntwo\n")
+    assert read_texts(src) == (["one", "two"], [0, 3])
+
+
+def test_variants():
+    assert parse_variant("prompteol").encoder_kwargs() == {
+        "recipe": "last-token",
+        "layers": "auto",
+        "prompt": "prompteol",
+        "embed_filter": None,
+    }
+    assert parse_variant("echo").layers == "last"
+    v = parse_variant("aligned-wva@half:futureeol+ef4")
+    assert (v.recipe, v.layers, v.prompt, v.embed_filter, v.reduction) == (
+        "aligned-wva",
+        "half",
+        "futureeol",
+        4.0,
+        "ef",
+    )
+    assert parse_variant("prompteol+rand2").reduction == "rand"
+    assert [v.label for v in parse_variants("va@3,5,hs")] == ["va@3,5", "hs"]
+    with pytest.raises(ConfigError, match="aligned-va"):
+        parse_variant("va+ef2")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        parse_variant("va:")
+
+
+def test_shared_encoding_equals_separate(tiny_llama, tiny_tokenizer):
+    encoders = [Encoder(tiny_llama, tiny_tokenizer, recipe=r, layers="all") for r in ("va", "hs", "wmp")]
+    shared = SharedEncoding(encoders)
+    for i, encoder in enumerate(encoders):
+        np.testing.assert_allclose(shared.view(i).encode(CORPUS[:5]), encoder.encode(CORPUS[:5]), atol=1e-5)
+    assert shared.view(0).encode([]).shape == (0, encoders[0].dimension)
+
+
+def test_ablation_filters_pick_coordinates():
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(EmbedFilter.truncation(6, 2).transform(x), x[:, :3])
+    rand = EmbedFilter.random_subset(6, 2, seed=1)
+    cols = rand.projection.argmax(1).numpy()
+    np.testing.assert_array_equal(rand.transform(x), x[:, cols])
+    assert len(set(cols.tolist())) == 3
