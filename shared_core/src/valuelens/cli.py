@@ -377,15 +377,16 @@ def eval_(
     command = "valuelens " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
         variants = parse_variants(recipes)
-        loaded = [load_task(t) for t in tasks]
+        limits = [_task_limit(t, limit) for t in tasks]
+        loaded = [load_task(t.rsplit(":", 1)[0] if t.rsplit(":", 1)[-1].isdigit() else t) for t in tasks]
         probe = _load_model(model, device, dtype)
         encoders = _encoders_for(probe, variants, model, max_length)
     except (ValueLensError, ValueError) as exc:
         raise _fail(exc) from exc
     shared = SharedEncoding(encoders)
     results: dict[str, list] = {v.label: [] for v in variants}
-    for task in loaded:
-        for variant, index in zip(variants, range(len(variants)), strict=True):
+    for task, task_limit in zip(loaded, limits, strict=True):
+        for index, variant in enumerate(variants):
             typer.echo(f"[{task.name}/{split}] {variant.label}", err=True)
             results[variant.label].append(
                 evaluate(
@@ -394,14 +395,15 @@ def eval_(
                     split=split,
                     batch_size=batch_size,
                     show_progress=index == 0,
-                    limit=limit,
+                    limit=task_limit,
                 )
             )
-        shared.clear()
+    shared.clear()
     if reference:
         ref = _reference_model()
         results["all-MiniLM-L6-v2 (trained)"] = [
-            evaluate(ref, task, split=split, batch_size=batch_size, limit=limit) for task in loaded
+            evaluate(ref, task, split=split, batch_size=batch_size, limit=task_limit)
+            for task, task_limit in zip(loaded, limits, strict=True)
         ]
     timings = {}
     if time_sample:
@@ -439,6 +441,12 @@ def eval_(
             + "\n",
             encoding="utf-8",
         )
+
+
+def _task_limit(spec: str, default: int | None) -> int | None:
+    """The subsample size of a ``TASK[:N]`` argument (``default`` without ``:N``)."""
+    name, _, tail = spec.rpartition(":")
+    return int(tail) if name and tail.isdigit() else default
 
 
 def _time_sample(task, split: str, n: int) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import reprlib
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_LENGTH = 512
+_SHORT = reprlib.Repr()  # short reprs of bad items in error messages
+_SHORT.maxstring = _SHORT.maxother = 60
 Combine = Literal["mean", "normalized-mean"]
 DTypeSpec = Literal["auto", "float32", "bfloat16", "float16"] | torch.dtype | None
 
@@ -153,7 +156,7 @@ def check_texts(texts: Any, *, allow_single: bool = True) -> tuple[list[str], bo
     items = list(texts)
     for i, text in enumerate(items):
         if not isinstance(text, str):
-            msg = f"texts[{i}] is {text!r} ({type(text).__name__}); every item must be a str"
+            msg = f"texts[{i}] is {_SHORT.repr(text)} ({type(text).__name__}); every item must be a str"
             raise TypeError(msg)
     return items, False
 

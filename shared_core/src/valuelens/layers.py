@@ -25,6 +25,12 @@ NAMED_SPECS = ("auto", "all", "half", "last", "band")
 AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
     ("llama", 32, 4096): {"*": tuple(range(20, 28))},  # Llama-2-7B: layers 20-27
     ("qwen3", 36, 4096): {"*": (26, 27, 29, 30, 31)},  # Qwen3-8B
+    # SmolLM2-135M (out/sweeps/smollm2-*.md): VA 21-23 71.5 on dev (all layers 66.6); HS peaks much earlier
+    ("llama", 30, 576): {
+        "*": (21, 22, 23),
+        "hs": (8, 9, 10),
+        "aligned-wva": tuple(range(21, 28)),
+    },
 }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import reprlib
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
 
 import valuelens
-from valuelens.encoder import resolve_dtype
+from valuelens.encoder import check_texts, resolve_dtype
 
 __all__ = ["ValueLensEmbeddings"]
 
@@ -239,26 +238,13 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
 
 # ---------------------------------------------------------------------- helpers
 def _check_documents(texts: Any) -> list[str]:
-    if texts is None:
-        msg = "embed_documents expects a list of strings, got None"
-        raise TypeError(msg)
     if isinstance(texts, str):
         msg = (
             "embed_documents expects a list of strings, got a single str; "
             "use embed_query(text) or embed_documents([text])"
         )
         raise TypeError(msg)
-    if isinstance(texts, (bytes, bytearray)) or not isinstance(texts, Iterable):
-        msg = f"embed_documents expects a list of strings, got {type(texts).__name__}"
-        raise TypeError(msg)
-    items = list(texts)
-    for index, text in enumerate(items):
-        if not isinstance(text, str):
-            msg = (
-                f"texts[{index}] is {_short.repr(text)} ({type(text).__name__}); every document must be a str"
-            )
-            raise TypeError(msg)
-    return items
+    return check_texts(texts)[0]
 
 
 def _check_query(text: Any) -> str:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import torch
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 
-from valuelens import ConfigError, Encoder, EncoderConfig
+from valuelens import ConfigError, Encoder, EncoderConfig, check_texts
 from valuelens.models import DEFAULT_MODEL
 
 __all__ = ["DEFAULT_EMBED_BATCH_SIZE", "ValueLensEmbedding"]
@@ -282,14 +282,7 @@ def _check_texts(texts: Any) -> list[str]:
     if isinstance(texts, str):
         msg = "texts must be a list of strings, got a single str; use get_text_embedding() for one text"
         raise TypeError(msg)
-    if not isinstance(texts, Sequence):
-        msg = f"texts must be a list of strings, got {type(texts).__name__}"
-        raise TypeError(msg)
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            msg = f"texts[{i}] is {text!r} ({type(text).__name__}); every item must be a str"
-            raise TypeError(msg)
-    return list(texts)
+    return check_texts(texts)[0]
 
 
 def _settings_of(encoder: Encoder) -> dict[str, Any]:

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Regenerates docs/results/*.{md,json}: every table in docs/results.md comes from these commands.
+# Usage: bash bench/run_results.sh [MODEL ...]   (default: the three bundled models)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+V=.venv/bin/valuelens
+EF="hs+ef2,hs+ef4,last-token+ef2,last-token+ef4,wmp+ef2,wmp+ef4,aligned-va+ef2,aligned-va+ef4"
+EF="$EF,aligned-wva:prompteol+ef2,aligned-wva:prompteol+ef4,aligned-wva:futureeol+ef2,aligned-wva:futureeol+ef4"
+EF="$EF,prompteol+ef2,prompteol+ef4,futureeol+ef2,futureeol+ef4,echo+ef2,echo+ef4,prompteol+trunc2,prompteol+rand2"
+BASE="hs,hs@all,last-token,wmp,va,va@all,va@half,wva-lt,aligned-va,wva:prompteol,wva:futureeol"
+BASE="$BASE,aligned-wva:prompteol,aligned-wva:futureeol,prompteol,futureeol,echo"
+META="metaeol,metaeol+ef2,metaeol+ef4"
+MODELS=("$@")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m gemma3-270m qwen2.5-0.5b)
+for m in "${MODELS[@]}"; do
+  $V eval stsb lee --model "$m" --recipes "$BASE,$META,$EF" --reference --time-sample 64 --out "docs/results/$m-sts"
+done
+for m in "${MODELS[@]}"; do
+  $V eval banking77:1000 banking77-clustering:1000 emotion:1000 emotion-clustering:1000 stsb-pairs scifact-reranking:100 scifact:30 \
+    --model "$m" --recipes "$BASE,$EF" --reference --time-sample 0 --out "docs/results/$m-other"
+done
