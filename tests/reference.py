@@ -19,7 +19,18 @@ from valuelens import Encoder
 def _value_from_projection(arch: str, attention, hidden_states, n_kv: int, head_dim: int) -> torch.Tensor:
     """Value vectors ``[B, N, Hkv, D]`` computed from the layer's projection weights."""
     b, n, _ = hidden_states.shape
-    if arch == "phi3":
+    if arch == "bloom" or (
+        arch == "falcon"
+        and not attention.config.multi_query
+        and not attention.config.new_decoder_architecture
+    ):
+        v = attention.query_key_value(hidden_states).view(b, n, -1, 3, head_dim)[..., 2, :]
+    elif arch == "falcon" and attention.config.new_decoder_architecture:
+        group = attention.num_heads // n_kv
+        v = attention.query_key_value(hidden_states).view(b, n, n_kv, group + 2, head_dim)[..., -1, :]
+    elif arch == "falcon":
+        v = attention.query_key_value(hidden_states).view(b, n, -1, head_dim)[..., -1:, :]
+    elif arch == "phi3":
         qkv = attention.qkv_proj(hidden_states)
         q_size = attention.config.num_attention_heads * head_dim
         v = qkv[..., q_size + n_kv * head_dim :]
@@ -53,7 +64,10 @@ def reference_embeddings(
     positions = (mask.cumsum(1) - 1).clamp_min(0)
 
     ref = copy.deepcopy(model)
-    ref.set_attn_implementation("eager")
+    if ref.base_model._can_set_attn_implementation():
+        # (families that bypass the attention interface keep their own implementation: switching their
+        # config alone would hand them a mask of the wrong format)
+        ref.set_attn_implementation("eager")
     base = ref.base_model
     rparts = Encoder(ref, tokenizer, recipe=recipe, layers=layers).parts
     values, queries, keys, mlp_in, layer_out = {}, {}, {}, {}, {}
@@ -77,7 +91,7 @@ def reference_embeddings(
             )
         )
     modeling = sys.modules[type(rparts.attentions[0]).__module__]
-    original = modeling.eager_attention_forward
+    original = getattr(modeling, "eager_attention_forward", None)
     layer_of = {id(a): i for i, a in enumerate(rparts.attentions)}
 
     def recording(module, query, key, value, *args, **kwargs):
@@ -85,19 +99,23 @@ def reference_embeddings(
         keys[layer_of[id(module)]] = key.detach()
         return original(module, query, key, value, *args, **kwargs)
 
-    modeling.eager_attention_forward = recording
+    if original is not None:
+        modeling.eager_attention_forward = recording
     try:
+        # attention probabilities only where a recipe needs them: Falcon's output_attentions path
+        # (transformers 5.24) computes different hidden states
         with torch.no_grad():
             out = base(
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
-                output_attentions=True,
+                output_attentions=rec.name in ("wva-lt", "wva", "aligned-wva"),
                 output_hidden_states=True,
                 use_cache=False,
             )
     finally:
-        modeling.eager_attention_forward = original
+        if original is not None:
+            modeling.eager_attention_forward = original
         for h in handles:
             h.remove()
 

@@ -24,6 +24,8 @@ CORPUS = [
 
 def _configs(vocab: int) -> dict[str, Callable[[], object]]:
     from transformers import (
+        BloomConfig,
+        FalconConfig,
         Gemma2Config,
         Gemma3TextConfig,
         GPT2Config,
@@ -54,6 +56,33 @@ def _configs(vocab: int) -> dict[str, Callable[[], object]]:
         "gpt_neox": lambda: GPTNeoXConfig(
             **common, intermediate_size=96, rotary_pct=0.5, max_position_embeddings=256
         ),
+        "bloom": lambda: BloomConfig(vocab_size=vocab, hidden_size=64, n_layer=4, n_head=4),
+        "falcon": lambda: FalconConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            alibi=False,
+            multi_query=False,
+            new_decoder_architecture=False,
+        ),
+        "falcon-mq": lambda: FalconConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            alibi=False,
+            multi_query=True,
+        ),
+        "falcon-gqa": lambda: FalconConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            alibi=False,
+            new_decoder_architecture=True,
+        ),
         "opt": lambda: OPTConfig(
             vocab_size=vocab,
             hidden_size=64,
@@ -65,6 +94,10 @@ def _configs(vocab: int) -> dict[str, Callable[[], object]]:
         ),
     }
 
+
+#: families that bypass transformers' attention interface (valuelens reads their values from the
+#: fused q/k/v projection instead)
+FALLBACK_ARCHITECTURES = ["bloom", "falcon", "falcon-mq", "falcon-gqa"]
 
 ARCHITECTURES = [
     "llama",

@@ -166,7 +166,18 @@ def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
 
 def test_eval_task_limits(model_dir, sts_dir, tmp_path):
     out = tmp_path / "limited"
-    result = _invoke("eval", f"{sts_dir}:3", "--model", model_dir, "--recipes", "va", "--out", str(out), "--time-sample", "0")
+    result = _invoke(
+        "eval",
+        f"{sts_dir}:3",
+        "--model",
+        model_dir,
+        "--recipes",
+        "va",
+        "--out",
+        str(out),
+        "--time-sample",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.with_suffix(".json").read_text())["results"]["va"]
     assert row["n_examples"] == 3 and row["limit"] == 3 and row["subsampled"]

@@ -308,3 +308,21 @@ def test_auto_layers_table_per_recipe(monkeypatch, tiny_llama, tiny_tokenizer):
     assert Encoder(tiny_llama, tiny_tokenizer, recipe="last-token").layers == (
         3,
     )  # last layer, not the table
+
+
+def test_device_map_model_from_accelerate(tmp_path, tiny_tokenizer):
+    model = build_tiny_model("qwen2", len(tiny_tokenizer))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    want = Encoder(model, tiny_tokenizer, recipe="aligned-wva", layers="all", prompt="futureeol").encode(
+        CORPUS
+    )
+    enc = Encoder.from_pretrained(
+        tmp_path,
+        recipe="aligned-wva",
+        layers="all",
+        prompt="futureeol",
+        dtype="float32",
+        device_map={"": "cpu"},
+    )
+    np.testing.assert_allclose(enc.encode(CORPUS), want, atol=1e-5)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from reference import reference_embeddings
-from tiny_models import CORPUS
+from tiny_models import CORPUS, FALLBACK_ARCHITECTURES, build_tiny_model
 from valuelens import RECIPES, Encoder
 
 TEXTS = [CORPUS[0], "Cats.", CORPUS[4] + " " + CORPUS[5], CORPUS[2]]
@@ -32,3 +32,44 @@ def test_prompted_recipes_left_padding(tiny_model, tiny_tokenizer, recipe, promp
         tiny_model, tiny_tokenizer, TEXTS, recipe, "all", prompt=prompt, padding_side="left"
     )
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+_FALLBACK_CASES = [
+    (arch, recipe)
+    for arch in FALLBACK_ARCHITECTURES
+    for recipe in ("va", "aligned-va", "hs", "last-token", "wmp", "wva", "aligned-wva", "activation")
+    # Falcon's output_attentions=True path computes different hidden states (transformers 5.24), so the
+    # eager reference cannot give its attention probabilities; its z is checked on single tokens below
+    if not (arch.startswith("falcon") and recipe in ("wva", "aligned-wva"))
+]
+
+
+@pytest.mark.parametrize(("arch_name", "recipe"), _FALLBACK_CASES)
+def test_families_that_bypass_the_attention_interface(arch_name, tiny_tokenizer, recipe):
+    model = build_tiny_model(arch_name, len(tiny_tokenizer))
+    enc = Encoder(model, tiny_tokenizer, recipe=recipe, layers=[1, 3])
+    got = enc.encode(TEXTS, batch_size=3)
+    want = reference_embeddings(model, tiny_tokenizer, TEXTS, recipe, [1, 3])
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("arch_name", FALLBACK_ARCHITECTURES)
+def test_fallback_values_equal_attention_output_of_a_single_token(arch_name, tiny_tokenizer):
+    """With one token, attention returns its value vector: z (W_O's input) = the expanded value."""
+    model = build_tiny_model(arch_name, len(tiny_tokenizer))
+    singles = [t for t in ("a", "b", "c", "d") if len(tiny_tokenizer(t)["input_ids"]) == 1]
+    va = Encoder(model, tiny_tokenizer, recipe="va", layers="all").encode(singles)
+    z = Encoder(model, tiny_tokenizer, recipe="wva", layers="all").encode(singles)
+    enc = Encoder(model, tiny_tokenizer, recipe="va")
+    parts = enc.parts
+    expanded = va.reshape(len(singles), parts.n_kv_heads, 1, parts.head_dim).repeat(parts.group_size, axis=2)
+    np.testing.assert_allclose(expanded.reshape(len(singles), -1), z, atol=1e-5)
+
+
+def test_fallback_refuses_what_it_cannot_compute(tiny_tokenizer):
+    from valuelens.errors import UnsupportedModelError
+
+    model = build_tiny_model("bloom", len(tiny_tokenizer))
+    for recipe in ("wva-lt", "query", "key"):
+        with pytest.raises(UnsupportedModelError, match="bypasses transformers' AttentionInterface"):
+            Encoder(model, tiny_tokenizer, recipe=recipe).encode(["a cat"])

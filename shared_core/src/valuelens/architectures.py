@@ -9,9 +9,10 @@ names covers llama, mistral, qwen2/3, gemma2/3, phi3, gpt2, gpt_neox, opt and mo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch import nn
+from torch import Tensor, nn
 
 from valuelens.errors import UnsupportedModelError
 
@@ -63,6 +64,9 @@ class ModelParts:
     n_kv_heads: int
     head_dim: int
     intermediate_size: int | None
+    #: for families that bypass transformers' attention interface: per layer, the module whose output
+    #: holds the value vectors and a function from that output to values ``[B, N, Hkv, D]``
+    value_sources: tuple[tuple[nn.Module, Callable[[Tensor], Tensor]] | None, ...] = ()
 
     @property
     def n_layers(self) -> int:
@@ -97,6 +101,26 @@ def _config_int(config: object, *names: str) -> int | None:
         value = getattr(config, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
+    return None
+
+
+def _fused_values(
+    model_type: str, attention: nn.Module, config: object, n_heads: int, n_kv: int, head_dim: int
+):
+    """Where Bloom and Falcon (which bypass the attention interface) keep their value vectors."""
+    fused = getattr(attention, "query_key_value", None)
+    if fused is None:
+        return None
+    if model_type == "bloom" or (
+        model_type == "falcon"
+        and not getattr(config, "multi_query", False)
+        and not getattr(config, "new_decoder_architecture", False)
+    ):
+        return fused, lambda out: out.view(*out.shape[:2], n_heads, 3, head_dim)[..., 2, :]
+    if model_type == "falcon" and getattr(config, "new_decoder_architecture", False):
+        return fused, lambda out: out.view(*out.shape[:2], n_kv, n_heads // n_kv + 2, head_dim)[..., -1, :]
+    if model_type == "falcon":  # multi-query: one key/value head after the query heads
+        return fused, lambda out: out.view(*out.shape[:2], n_heads + 2, head_dim)[..., -1:, :]
     return None
 
 
@@ -162,9 +186,14 @@ def locate(model: nn.Module) -> ModelParts:
     ):
         n_kv = 1
     head_dim = _config_int(text_config, "head_dim") or hidden // n_heads
-    intermediate = _config_int(text_config, "intermediate_size", "n_inner", "ffn_dim")
-    if intermediate is None and model_type == "gpt2":
+    intermediate = _config_int(text_config, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+    if intermediate is None and model_type in ("gpt2", "bloom", "falcon"):
         intermediate = 4 * hidden
+    value_sources = ()
+    if model_type in ("bloom", "falcon"):
+        value_sources = tuple(
+            _fused_values(model_type, a, text_config, n_heads, n_kv, head_dim) for a in attentions
+        )
     return ModelParts(
         model_type=model_type,
         backbone=backbone,
@@ -178,4 +207,5 @@ def locate(model: nn.Module) -> ModelParts:
         n_kv_heads=n_kv,
         head_dim=head_dim,
         intermediate_size=intermediate,
+        value_sources=value_sources,
     )

@@ -357,6 +357,19 @@ def _mlp_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Modu
     _record_tokens(instrumentation, layer, "mlp", args[0])
 
 
+def _value_source_hook(
+    instrumentation: _Instrumentation,
+    layer: int,
+    extract: Callable[[Tensor], Tensor],
+    module: nn.Module,
+    args: tuple,
+    output: Tensor,
+) -> None:
+    """Fallback for families that bypass the attention interface: values from the fused projection."""
+    values = extract(output)
+    _record_tokens(instrumentation, layer, "value", values.reshape(*values.shape[:2], -1))
+
+
 class _Instrumentation:
     """The hooks and attention switch of one model, shared by every capture active on it."""
 
@@ -389,6 +402,15 @@ class _Instrumentation:
                         down.register_forward_pre_hook(functools.partial(_mlp_pre_hook, self, i))
                     )
             self._switch_attention()
+            if not self.interface_ok:
+                for i, source in enumerate(parts.value_sources):
+                    if source is not None:
+                        module, extract = source
+                        self._handles.append(
+                            module.register_forward_hook(
+                                functools.partial(_value_source_hook, self, i, extract)
+                            )
+                        )
         except BaseException:
             self.uninstall()
             raise
@@ -495,13 +517,19 @@ def start_capture(
     )
     inst = _acquire(parts)
     try:
-        needs_interface = [plan.signal for plan in plans if plan.signal in ATTENTION_SIGNALS]
+        fallback = bool(parts.value_sources) and all(source is not None for source in parts.value_sources)
+        needs_interface = [
+            plan.signal
+            for plan in plans
+            if plan.signal in ATTENTION_SIGNALS
+            and not (fallback and plan.signal == "value" and plan.pool != "last_attention")
+        ]
         if needs_interface and not inst.interface_ok:
             msg = (
                 f"{type(parts.backbone).__name__} ({parts.model_type!r}) does not let valuelens set its "
                 "attention implementation (it bypasses transformers' AttentionInterface), so recipes "
-                f"that read {needs_interface[0]!r} vectors cannot run on it; hidden-state and "
-                "attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
+                f"that read {needs_interface[0]!r} vectors (or need attention probabilities, wva-lt) cannot run "
+                "on it; hidden-state and attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
             )
             raise UnsupportedModelError(msg)
         session = CaptureSession(inst, captures, attention_mask=attention_mask, stop_early=stop_early)

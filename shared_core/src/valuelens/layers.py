@@ -31,6 +31,15 @@ AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
         "hs": (8, 9, 10),
         "aligned-wva": tuple(range(21, 28)),
     },
+    # gemma-3-270m (out/sweeps/gemma3-*.md): VA 0-15 68.4 on dev (all 67.9); AlignedWVA(FutureEOL) 12-15 66.4
+    ("gemma3_text", 18, 640): {
+        "*": tuple(range(10, 16)),
+        "va": tuple(range(16)),
+        "hs": tuple(range(13, 18)),
+        "wva-lt": (10, 11, 12),
+        "aligned-wva": (12, 13, 14, 15),
+        "wva": (13, 14, 15),
+    },
 }
 
 
