@@ -20,11 +20,16 @@ exact q/k/v attention uses and then delegates to sdpa/eager; and forward hooks s
 layer, output projection and MLP down projection. Every hook and the attention function look up the
 *active capture of the calling context* in a ``ContextVar``; a context with no capture passes
 through untouched, so threads and async callers can share one model. One forward can serve several
-plans at once (e.g. every recipe of an evaluation that uses the same prompt). The first capture installs the
-instrumentation and the last one removes it (and restores the attention implementation), in
+plans at once (e.g. every recipe of an evaluation that uses the same prompt). The first capture
+installs the instrumentation and the last one removes it (and restores the attention implementation), in
 ``finally`` blocks, also when the forward raises.
 
 Hooks reduce tokens to per-sentence fp32 vectors at once: no ``[B, N, d]`` tensor is kept per layer.
+
+Notes: a model loaded with flash or flex attention runs through sdpa while a capture is active (same
+results up to numerics; other callers of the model during that time do too). Families that bypass
+the attention interface (Bloom, Falcon) keep their own attention; their value vectors are read from
+the fused q/k/v projection (``ModelParts.value_sources``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import os
 import reprlib
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -68,7 +68,6 @@ class EncoderConfig:
     max_length: int | None = None
     combine: Combine = "mean"
     final_norm: bool = False
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
@@ -179,9 +178,7 @@ class Encoder:
         final_norm: bool = False,
         name_or_path: str | None = None,
     ) -> None:
-        prompt_spec = prompt.templates[0] if isinstance(prompt, Prompt) and prompt.passes == 1 else prompt
-        if isinstance(prompt, Prompt) and prompt.passes > 1:
-            prompt_spec = prompt.name
+        prompt_spec = prompt.spec if isinstance(prompt, Prompt) else prompt
         tau = embed_filter.tau if isinstance(embed_filter, EmbedFilter) else embed_filter
         offset = embed_filter.offset if isinstance(embed_filter, EmbedFilter) else embed_filter_offset
         self.config = EncoderConfig(
@@ -200,7 +197,9 @@ class Encoder:
         )
         self.model = model
         self.tokenizer = tokenizer
-        self.name_or_path = name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None)
+        self.name_or_path = (
+            name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+        )
         self.parts: ModelParts = locate(model)
         parts = self.parts
         self.layers: tuple[int, ...] = resolve_layers(

@@ -40,6 +40,13 @@ AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
         "aligned-wva": (12, 13, 14, 15),
         "wva": (13, 14, 15),
     },
+    # Qwen2.5-Coder-0.5B (out/sweeps/qwen-*.md): VA 19-22 72.6 on dev (all 67.7); AlignedWVA(FutureEOL) 18-20 78.6
+    ("qwen2", 24, 896): {
+        "*": (18, 19, 20),
+        "va": (19, 20, 21, 22),
+        "aligned-va": (19, 20, 21),
+        "hs": (21, 22, 23),
+    },
 }
 
 
