@@ -16,6 +16,6 @@ for m in "${MODELS[@]}"; do
   $V eval stsb lee --model "$m" --recipes "$BASE,$META,$EF" --reference --time-sample 64 --out "docs/results/$m-sts"
 done
 for m in "${MODELS[@]}"; do
-  $V eval banking77:1000 banking77-clustering:1000 emotion:1000 emotion-clustering:1000 stsb-pairs scifact-reranking:100 scifact:30 \
+  $V eval banking77:1000 banking77-clustering:1000 emotion:1000 emotion-clustering:1000 stsb-pairs scifact-reranking:30 scifact:20 \
     --model "$m" --recipes "$BASE,$EF" --reference --time-sample 0 --out "docs/results/$m-other"
 done
