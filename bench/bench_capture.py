@@ -39,7 +39,10 @@ def _texts(n: int) -> list[str]:
     import json as _json
     from pathlib import Path
 
-    rows = [_json.loads(line) for line in (Path(__file__).parents[1] / "data/stsb/test.jsonl").read_text().splitlines()]
+    rows = [
+        _json.loads(line)
+        for line in (Path(__file__).parents[1] / "data/stsb/test.jsonl").read_text().splitlines()
+    ]
     texts = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
     return texts[:n]
 
@@ -74,7 +77,12 @@ def run_one(config: str, model_name: str, n: int, batch_size: int, repeats: int)
                     encoders[config].embed_batch(batch)
                 return
             for b in batches:
-                kwargs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "position_ids": b.position_ids, "use_cache": False}
+                kwargs = {
+                    "input_ids": b.input_ids,
+                    "attention_mask": b.attention_mask,
+                    "position_ids": b.position_ids,
+                    "use_cache": False,
+                }
                 if config == "plain":
                     model(**kwargs)
                 elif config == "hidden_states":
@@ -91,7 +99,11 @@ def run_one(config: str, model_name: str, n: int, batch_size: int, repeats: int)
         start = time.perf_counter()
         once()
         times.append(time.perf_counter() - start)
-    return {"config": config, "seconds": statistics.median(times), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "config": config,
+        "seconds": statistics.median(times),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -107,15 +119,32 @@ def main() -> None:
         return
     rows = []
     for config in CONFIGS:
-        cmd = [sys.executable, __file__, "--one", config, "--model", args.model, "--texts", str(args.texts), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            config,
+            "--model",
+            args.model,
+            "--texts",
+            str(args.texts),
+            "--batch-size",
+            str(args.batch_size),
+            "--repeats",
+            str(args.repeats),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         rows.append(json.loads(out))
     base = rows[0]
-    print(f"model {args.model}; {args.texts} STS-B texts; batch {args.batch_size}; median of {args.repeats}\n")
+    print(
+        f"model {args.model}; {args.texts} STS-B texts; batch {args.batch_size}; median of {args.repeats}\n"
+    )
     print("| configuration | seconds | × plain | peak RSS MiB | × plain |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['config']} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.2f} | {r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / base['peak_rss_mib']:.2f} |")
+        print(
+            f"| {r['config']} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.2f} | {r['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / base['peak_rss_mib']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

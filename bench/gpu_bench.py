@@ -17,8 +17,22 @@ import valuelens
 from valuelens.tokenization import Batch
 
 SIZES = {
-    "llama-1.1B (TinyLlama shape)": LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4),
-    "qwen2-7B shape": Qwen2Config(vocab_size=32000, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4),
+    "llama-1.1B (TinyLlama shape)": LlamaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+    ),
+    "qwen2-7B shape": Qwen2Config(
+        vocab_size=32000,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+    ),
 }
 
 
@@ -41,40 +55,49 @@ class _Tok:  # token ids are random: a minimal stand-in for padding settings onl
     padding_side = "right"
 
 
+def bench_size(name: str, config) -> None:
+    """Print one table row per configuration for a randomly initialised model of ``config``'s size."""
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config, dtype=torch.bfloat16).cuda().eval()
+    b, n = 64, 128
+    ids = torch.randint(1, config.vocab_size, (b, n), device="cuda")
+    mask = torch.ones_like(ids)
+    lengths = torch.randint(n // 2, n + 1, (b,))
+    for row, length in enumerate(lengths):
+        mask[row, length:] = 0
+    positions = (mask.cumsum(1) - 1).clamp_min(0)
+    batch = Batch(ids.cpu(), mask.cpu(), positions.cpu(), torch.zeros(b, dtype=torch.long), lengths)
+    specs = ("va all", "va band", "wva-lt all", "hs all")
+    encoders = {s: valuelens.Encoder(model, _Tok(), recipe=s.split()[0], layers=s.split()[1]) for s in specs}
+
+    def plain() -> None:
+        with torch.inference_mode():
+            model(input_ids=ids, attention_mask=mask, use_cache=False)
+
+    def hidden() -> None:
+        with torch.inference_mode():
+            out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
+            w = mask.unsqueeze(-1).float()
+            torch.stack([(h.float() * w).sum(1) / w.sum(1) for h in out.hidden_states[1:]]).mean(0)
+
+    def capture(encoder: valuelens.Encoder) -> None:
+        with torch.inference_mode():
+            encoder.embed_batch(batch)
+
+    rows = {"plain forward": _time(plain), "output_hidden_states + mean": _time(hidden)}
+    for label, encoder in encoders.items():
+        rows[f"valuelens {label}"] = _time(lambda encoder=encoder: capture(encoder))
+    base = rows["plain forward"]
+    for label, (sec, mem) in rows.items():
+        print(
+            f"| {name} | {label} | {1000 * sec:.1f} | {sec / base[0]:.2f} | {mem:.2f} | {mem / base[1]:.2f} |"
+        )
+
+
 def main() -> None:
     print("| model | configuration | ms | × plain | peak GiB | × plain |\n|---|---|---:|---:|---:|---:|")
     for name, config in SIZES.items():
-        torch.manual_seed(0)
-        model = AutoModel.from_config(config, dtype=torch.bfloat16).cuda().eval()
-        b, n = 64, 128
-        ids = torch.randint(1, config.vocab_size, (b, n), device="cuda")
-        mask = torch.ones_like(ids)
-        lengths = torch.randint(n // 2, n + 1, (b,))
-        for row, length in enumerate(lengths):
-            mask[row, length:] = 0
-        batch = Batch(ids.cpu(), mask.cpu(), (mask.cumsum(1) - 1).clamp_min(0).cpu(), torch.zeros(b, dtype=torch.long), lengths)
-        encoders = {r: valuelens.Encoder(model, _Tok(), recipe=r.split()[0], layers=r.split()[1]) for r in ("va all", "va band", "wva-lt all", "hs all")}
-
-        def plain():
-            with torch.inference_mode():
-                model(input_ids=ids, attention_mask=mask, use_cache=False)
-
-        def hidden():
-            with torch.inference_mode():
-                out = model(input_ids=ids, attention_mask=mask, use_cache=False, output_hidden_states=True)
-                w = mask.unsqueeze(-1).float()
-                torch.stack([(h.float() * w).sum(1) / w.sum(1) for h in out.hidden_states[1:]]).mean(0)
-
-        rows = {"plain forward": _time(plain), "output_hidden_states + mean": _time(hidden)}
-        for label, enc in encoders.items():
-            def run(enc=enc):
-                with torch.inference_mode():
-                    enc.embed_batch(batch)
-            rows[f"valuelens {label}"] = _time(run)
-        base = rows["plain forward"]
-        for label, (sec, mem) in rows.items():
-            print(f"| {name} | {label} | {1000 * sec:.1f} | {sec / base[0]:.2f} | {mem:.2f} | {mem / base[1]:.2f} |")
-        del model
+        bench_size(name, config)
         torch.cuda.empty_cache()
 
 

@@ -35,30 +35,67 @@ def targets(sts: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     if not have:
         return ["(no STS results yet)"]
     gaps = {m: sts[m]["va"]["stsb"] - sts[m]["hs"]["stsb"] for m in have}
-    row("VA (auto layers) − HS mean (auto layers), STS-B test, ≥ 10", [_fmt(gaps.get(m)) for m in MODELS], all(g >= 0.10 for g in gaps.values()))
+    row(
+        "VA (auto layers) − HS mean (auto layers), STS-B test, ≥ 10",
+        [_fmt(gaps.get(m)) for m in MODELS],
+        all(g >= 0.10 for g in gaps.values()),
+    )
     gaps_all = {m: sts[m]["va"]["stsb"] - sts[m]["hs@all"]["stsb"] for m in have}
-    row("VA (auto layers) − HS mean (all layers), STS-B test, ≥ 10", [_fmt(gaps_all.get(m)) for m in MODELS], all(g >= 0.10 for g in gaps_all.values()))
+    row(
+        "VA (auto layers) − HS mean (all layers), STS-B test, ≥ 10",
+        [_fmt(gaps_all.get(m)) for m in MODELS],
+        all(g >= 0.10 for g in gaps_all.values()),
+    )
 
     def sts_avg(m: str, label: str) -> float:
         return (sts[m][label]["stsb"] + sts[m][label]["lee"]) / 2
 
     diff = {m: sts_avg(m, "aligned-wva:futureeol") - sts_avg(m, "prompteol") for m in have}
-    row("AlignedWVA(FutureEOL) − PromptEOL, mean of STS-B and Lee, > 0 for ≥ 2 models", [_fmt(diff.get(m)) for m in MODELS], sum(d > 0 for d in diff.values()) >= 2)
+    row(
+        "AlignedWVA(FutureEOL) − PromptEOL, mean of STS-B and Lee, > 0 for ≥ 2 models",
+        [_fmt(diff.get(m)) for m in MODELS],
+        sum(d > 0 for d in diff.values()) >= 2,
+    )
     ef = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol") for m in have}
-    row("EmbedFilter τ=2 on PromptEOL − PromptEOL (half the dims), ≥ 0", [_fmt(ef.get(m)) for m in MODELS], all(d >= 0 for d in ef.values()))
+    row(
+        "EmbedFilter τ=2 on PromptEOL − PromptEOL (half the dims), ≥ 0",
+        [_fmt(ef.get(m)) for m in MODELS],
+        all(d >= 0 for d in ef.values()),
+    )
     trunc = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol+trunc2") for m in have}
-    row("… − Matryoshka-style truncation to d/2, > 0", [_fmt(trunc.get(m)) for m in MODELS], all(d > 0 for d in trunc.values()))
+    row(
+        "… − Matryoshka-style truncation to d/2, > 0",
+        [_fmt(trunc.get(m)) for m in MODELS],
+        all(d > 0 for d in trunc.values()),
+    )
     rand = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol+rand2") for m in have}
-    row("… − a random half of the coordinates, > 0", [_fmt(rand.get(m)) for m in MODELS], all(d > 0 for d in rand.values()))
+    row(
+        "… − a random half of the coordinates, > 0",
+        [_fmt(rand.get(m)) for m in MODELS],
+        all(d > 0 for d in rand.values()),
+    )
+    have_meta = [m for m in have if "metaeol" in sts[m]]
+    if have_meta:
+        meta = {m: sts_avg(m, "aligned-wva:futureeol") - sts_avg(m, "metaeol") for m in have_meta}
+        row(
+            "AlignedWVA(FutureEOL) − MetaEOL (8 passes), mean of STS-B and Lee",
+            [_fmt(meta.get(m)) for m in MODELS],
+            sum(d > 0 for d in meta.values()) >= 2,
+        )
     if "qwen2.5-0.5b" in sts:
         q = {k: v["stsb"] for k, v in sts["qwen2.5-0.5b"].items() if "MiniLM" not in k}
         best = max(q, key=q.get)
-        lines.append(f"| best training-free recipe on Qwen2.5-0.5B, STS-B test, ≥ 70 | | | {_fmt(q[best])} ({best}) | {'yes' if q[best] >= 0.70 else 'no'} |")
+        lines.append(
+            f"| best training-free recipe on Qwen2.5-0.5B, STS-B test, ≥ 70 | | | {_fmt(q[best])} ({best}) | {'yes' if q[best] >= 0.70 else 'no'} |"
+        )
     return lines
 
 
 def main() -> None:
     sts = {m: _scores(RESULTS / f"{m}-sts.json") for m in MODELS if (RESULTS / f"{m}-sts.json").exists()}
+    for m in sts:  # the MetaEOL rows come from their own (long) run on the same tasks
+        if (RESULTS / f"{m}-meta.json").exists():
+            sts[m].update(_scores(RESULTS / f"{m}-meta.json"))
     parts = [
         "# Results",
         "",
@@ -75,7 +112,11 @@ def main() -> None:
         "",
     ]
     for m in MODELS:
-        for kind, title in (("sts", "STS tasks, every recipe"), ("other", "classification, clustering, retrieval, reranking, pair classification")):
+        for kind, title in (
+            ("sts", "STS tasks"),
+            ("meta", "STS tasks, MetaEOL (eight passes per text)"),
+            ("other", "classification, clustering, retrieval, reranking, pair classification"),
+        ):
             report = RESULTS / f"{m}-{kind}.md"
             if report.exists():
                 parts += [f"## {m}: {title}", "", report.read_text().strip(), ""]

@@ -17,7 +17,13 @@ FIRST_BLOCKS = {
 
 
 def test_every_page_with_code_is_covered():
-    assert {"README.md", "docs/recipes.md", "docs/sentence-transformers.md", "docs/langchain.md", "docs/llama-index.md"} <= set(FIRST_BLOCKS)
+    assert {
+        "README.md",
+        "docs/recipes.md",
+        "docs/sentence-transformers.md",
+        "docs/langchain.md",
+        "docs/llama-index.md",
+    } <= set(FIRST_BLOCKS)
 
 
 @pytest.mark.slow

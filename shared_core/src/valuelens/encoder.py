@@ -198,7 +198,9 @@ class Encoder:
         self.model = model
         self.tokenizer = tokenizer
         self.name_or_path = (
-            name_or_path or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+            name_or_path
+            or getattr(getattr(model, "config", None), "_name_or_path", None)
+            or type(model).__name__
         )
         self.parts: ModelParts = locate(model)
         parts = self.parts
