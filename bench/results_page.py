@@ -9,6 +9,7 @@ the "targets" section is computed here from the same JSON files.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,14 @@ def targets(sts: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     have = [m for m in MODELS if m in sts]
     if not have:
         return ["(no STS results yet)"]
+    final = [m for m in have if "hs-final" in sts[m]]
+    if final:
+        gaps_final = {m: sts[m]["va"]["stsb"] - sts[m]["hs-final"]["stsb"] for m in final}
+        row(
+            "VA (auto layers) − mean of last_hidden_state (the issue's HS-mean probe), STS-B test, ≥ 10",
+            [_fmt(gaps_final.get(m)) for m in MODELS],
+            len(final) == len(have) and all(g >= 0.10 for g in gaps_final.values()),
+        )
     gaps = {m: sts[m]["va"]["stsb"] - sts[m]["hs"]["stsb"] for m in have}
     row(
         "VA (auto layers) − HS mean (auto layers), STS-B test, ≥ 10",
@@ -91,11 +100,107 @@ def targets(sts: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     return lines
 
 
+def _ms(path: Path) -> dict[str, float]:
+    return json.loads(path.read_text()).get("ms_per_text", {})
+
+
+def disagreements(sts: dict[str, dict[str, dict[str, float]]], ms: dict[str, dict[str, float]]) -> list[str]:
+    """Where these small, quantized models do and do not follow the papers, computed from the reports."""
+    lines: list[str] = []
+    have = [m for m in MODELS if m in sts]
+    if not have:
+        return lines
+
+    def avg(m: str, label: str) -> float:
+        return (sts[m][label]["stsb"] + sts[m][label]["lee"]) / 2
+
+    def per_model(fn: Callable[[str], str]) -> str:
+        return ", ".join(f"{m} {fn(m)}" for m in have)
+
+    baselines = {
+        "hs-final": "the mean of last_hidden_state",
+        "hs@all": "the HS mean over all layers",
+        "hs": "the HS mean over its own dev-tuned layers",
+    }
+    clauses = []
+    for label, name in baselines.items():
+        models = [m for m in have if label in sts[m]]
+        if not models:
+            continue
+        gaps = {m: sts[m]["va"]["stsb"] - sts[m][label]["stsb"] for m in models}
+        clauses.append(
+            f"against {name}: "
+            + ", ".join(f"{m} {100 * g:+.1f}" for m, g in gaps.items())
+            + f" (≥ 10 for {sum(g >= 0.10 for g in gaps.values())} of {len(gaps)})"
+        )
+    lines.append(
+        "- **VA vs hidden states** (paper: VA well ahead). VA (auto layers) − HS on STS-B test, "
+        + "; ".join(clauses)
+        + ". A mean over well-chosen middle layers is a much stronger hidden-state baseline at this size"
+        " than the last or all layers."
+    )
+    lines.append(
+        "- **AlignedWVA(FutureEOL) vs PromptEOL** (paper: ahead). Mean of STS-B and Lee: "
+        + per_model(lambda m: f"{100 * (avg(m, 'aligned-wva:futureeol') - avg(m, 'prompteol')):+.1f}")
+        + "."
+    )
+    meta = [m for m in have if "metaeol" in sts[m]]
+    if meta:
+        lines.append(
+            "- **AlignedWVA(FutureEOL) vs MetaEOL** (paper: ahead at 1/8 of the cost). Mean of STS-B and Lee: "
+            + ", ".join(
+                f"{m} {100 * (avg(m, 'aligned-wva:futureeol') - avg(m, 'metaeol')):+.1f}"
+                + (
+                    f" at {ms[m]['metaeol'] / ms[m]['aligned-wva:futureeol']:.1f}× less time per text"
+                    if "metaeol" in ms.get(m, {}) and "aligned-wva:futureeol" in ms.get(m, {})
+                    else ""
+                )
+                for m in meta
+            )
+            + "."
+        )
+    for base in ("prompteol", "echo"):
+        lines.append(
+            f"- **EmbedFilter τ=2 on {base}** (paper: +3 % to +14 % relative, half the dims). Relative change "
+            "on STS-B / Lee: "
+            + per_model(
+                lambda m, b=base: "/".join(
+                    f"{100 * (sts[m][b + '+ef2'][t] / sts[m][b][t] - 1):+.0f} %" for t in ("stsb", "lee")
+                )
+            )
+            + "."
+        )
+    lines.append(
+        "- **EmbedFilter vs truncation / a random half** (paper: the band wins). Mean of STS-B and Lee, "
+        "ef2 − trunc2 / ef2 − rand2: "
+        + per_model(
+            lambda m: (
+                f"{100 * (avg(m, 'prompteol+ef2') - avg(m, 'prompteol+trunc2')):+.1f}"
+                f" / {100 * (avg(m, 'prompteol+ef2') - avg(m, 'prompteol+rand2')):+.1f}"
+            )
+        )
+        + ". Lee (50 long news documents) moves differently from STS-B (short sentence pairs) for several"
+        " recipes (plausibly because a one-word prompt compresses a whole article badly)."
+    )
+    ref = "all-MiniLM-L6-v2 (trained)"
+    if all(ref in sts[m] for m in have):
+        lines.append(
+            "- **Trained reference**: the best training-free recipe per model on STS-B test scores "
+            + per_model(lambda m: f"{100 * max(v['stsb'] for k, v in sts[m].items() if k != ref):.1f}")
+            + f"; all-MiniLM-L6-v2 scores {100 * sts[have[0]][ref]['stsb']:.1f}. Training-free embeddings from"
+            " these 135M–500M models stay behind a small trained encoder."
+        )
+    return lines
+
+
 def main() -> None:
     sts = {m: _scores(RESULTS / f"{m}-sts.json") for m in MODELS if (RESULTS / f"{m}-sts.json").exists()}
-    for m in sts:  # the MetaEOL rows come from their own (long) run on the same tasks
-        if (RESULTS / f"{m}-meta.json").exists():
-            sts[m].update(_scores(RESULTS / f"{m}-meta.json"))
+    ms = {m: _ms(RESULTS / f"{m}-sts.json") for m in sts}
+    for m in sts:  # the last_hidden_state and MetaEOL rows come from their own runs on the same tasks
+        for kind in ("final", "meta"):
+            if (RESULTS / f"{m}-{kind}.json").exists():
+                sts[m].update(_scores(RESULTS / f"{m}-{kind}.json"))
+                ms[m].update(_ms(RESULTS / f"{m}-{kind}.json"))
     parts = [
         "# Results",
         "",
@@ -110,10 +215,33 @@ def main() -> None:
         "",
         *targets(sts),
         "",
+        "## Where these small models disagree with the papers",
+        "",
+        "The papers measure 7B–8B models in bf16; ours are 135M–500M GGUF checkpoints (4-bit weights,",
+        "dequantized) on CPU. Computed from the tables below:",
+        "",
+        *disagreements(sts, ms),
+        "",
     ]
+    missing = [
+        f"`bash bench/run_results.sh {kind} {m}`"
+        for m in MODELS
+        for kind in ("sts", "final", "meta", "other")
+        if not (RESULTS / f"{m}-{kind}.json").exists()
+    ]
+    if missing:
+        parts += [
+            "## Not run yet",
+            "",
+            "These parts have no report yet (CPU time on the 2-core machine ran out); the commands that produce them:",
+            "",
+            *[f"- {c}" for c in missing],
+            "",
+        ]
     for m in MODELS:
         for kind, title in (
             ("sts", "STS tasks"),
+            ("final", "STS tasks, mean of last_hidden_state (plain mean pooling)"),
             ("meta", "STS tasks, MetaEOL (eight passes per text)"),
             ("other", "classification, clustering, retrieval, reranking, pair classification"),
         ):

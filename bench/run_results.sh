@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates docs/results/*.{md,json}: every table in docs/results.md comes from these commands.
-# Usage: bash bench/run_results.sh [sts|meta|other] [MODEL ...]   (default: all parts, the three bundled models)
+# Usage: bash bench/run_results.sh [sts|final|meta|other] [MODEL ...]   (default: all parts, the three bundled models)
 # Costs on the 2-core CPU machine: sts a few minutes per model, other 10-40 min, meta (MetaEOL: eight
 # passes of ~100-token prompts per text) about ten times sts.
 set -euo pipefail
@@ -11,6 +11,7 @@ EF="$EF,aligned-wva:prompteol+ef2,aligned-wva:prompteol+ef4,aligned-wva:futureeo
 EF="$EF,prompteol+ef2,prompteol+ef4,futureeol+ef2,futureeol+ef4,echo+ef2,echo+ef4,prompteol+trunc2,prompteol+rand2"
 BASE="hs,hs@all,last-token,wmp,va,va@all,va@half,wva-lt,aligned-va,wva:prompteol,wva:futureeol"
 BASE="$BASE,aligned-wva:prompteol,aligned-wva:futureeol,prompteol,futureeol,echo"
+FINAL="hs-final,hs-final+ef2,hs-final+ef4"
 META="metaeol,metaeol+ef2,metaeol+ef4,aligned-wva:metaeol"
 OTHER="banking77:1000 banking77-clustering:1000 emotion:1000 emotion-clustering:1000 stsb-pairs scifact-reranking:30 scifact:20"
 
@@ -21,6 +22,10 @@ MODELS=("$@")
 for m in "${MODELS[@]}"; do
   if [ "$part" = sts ] || [ "$part" = all ]; then
     $V eval stsb lee --model "$m" --recipes "$BASE,$EF" --reference --time-sample 64 --out "docs/results/$m-sts"
+  fi
+  if [ "$part" = final ] || [ "$part" = all ]; then
+    # the mean of last_hidden_state (after the final norm): plain mean pooling, the issue's HS baseline
+    $V eval stsb lee --model "$m" --recipes "$FINAL" --time-sample 64 --out "docs/results/$m-final"
   fi
   if [ "$part" = meta ] || [ "$part" = all ]; then
     $V eval stsb lee --model "$m" --recipes "$META" --time-sample 16 --out "docs/results/$m-meta"

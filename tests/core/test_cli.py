@@ -236,11 +236,31 @@ def test_variants():
         "ef",
     )
     assert parse_variant("prompteol+rand2").reduction == "rand"
+    assert parse_variant("hs-final").encoder_kwargs() == {
+        "recipe": "hs",
+        "layers": "last",
+        "prompt": None,
+        "embed_filter": None,
+        "final_norm": True,
+    }
+    assert "final_norm" not in parse_variant("hs@last").encoder_kwargs()
     assert [v.label for v in parse_variants("va@3,5,hs")] == ["va@3,5", "hs"]
     with pytest.raises(ConfigError, match="aligned-va"):
         parse_variant("va+ef2")
     with pytest.raises(ConfigError, match="cannot parse"):
         parse_variant("va:")
+
+
+def test_hs_final_is_the_mean_of_last_hidden_state(tiny_llama, tiny_tokenizer):
+    import torch
+
+    encoder = Encoder(tiny_llama, tiny_tokenizer, **parse_variant("hs-final").encoder_kwargs())
+    got = encoder.encode(CORPUS[:3])
+    base = build_tiny_model("llama", len(tiny_tokenizer), head=False)
+    for text, vector in zip(CORPUS[:3], got, strict=True):
+        with torch.no_grad():
+            hidden = base(**tiny_tokenizer(text, return_tensors="pt")).last_hidden_state[0]
+        np.testing.assert_allclose(vector, hidden.mean(0).numpy(), atol=1e-4)
 
 
 def test_shared_encoding_equals_separate(tiny_llama, tiny_tokenizer):

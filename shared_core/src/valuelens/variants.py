@@ -13,6 +13,8 @@ paper's ablation baselines are ``+truncTAU`` (keep the first d/τ coordinates, M
 ``futureeol``  ``last-token:futureeol``
 ``echo``       ``hs@last:echo`` (Echo embeddings: mean over the second copy)
 ``metaeol``    ``last-token:metaeol`` (MetaEOL: eight prompts, eight passes)
+``hs-final``   ``hs@last`` with ``final_norm=True``: the mean of ``last_hidden_state``, what plain
+               mean pooling over a transformers model gives
 ============  ==========================================================
 """
 
@@ -30,7 +32,9 @@ PRESETS: dict[str, str] = {
     "futureeol": "last-token:futureeol",
     "echo": "hs@last:echo",
     "metaeol": "last-token:metaeol",
+    "hs-final": "hs@last",
 }
+_FINAL_NORM_PRESETS = frozenset({"hs-final"})
 
 _PATTERN = re.compile(
     r"^(?P<recipe>[a-z_-]+)(?:@(?P<layers>[^:+]+))?(?::(?P<prompt>[a-z]+))?(?:\+(?P<reduce>ef|trunc|rand)(?P<tau>[0-9.]+))?$"
@@ -47,14 +51,18 @@ class Variant:
     prompt: str | None = None
     embed_filter: float | None = None
     reduction: str = "ef"  # ef (EmbedFilter), trunc or rand (its ablation baselines)
+    final_norm: bool = False
 
     def encoder_kwargs(self) -> dict[str, Any]:
-        return {
+        kwargs: dict[str, Any] = {
             "recipe": self.recipe,
             "layers": self.layers,
             "prompt": self.prompt,
             "embed_filter": self.embed_filter,
         }
+        if self.final_norm:
+            kwargs["final_norm"] = True
+        return kwargs
 
 
 def parse_variant(spec: str) -> Variant:
@@ -79,6 +87,7 @@ def parse_variant(spec: str) -> Variant:
         prompt=match["prompt"],
         embed_filter=tau,
         reduction=match["reduce"] or "ef",
+        final_norm=base in _FINAL_NORM_PRESETS,
     )
     EncoderConfig(**variant.encoder_kwargs())  # validate now, before any model is loaded
     return variant
