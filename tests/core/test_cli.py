@@ -138,7 +138,7 @@ def test_errors_are_clear(model_dir, tmp_path, args, message):
 
 
 def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
-    out = tmp_path / "report"
+    out = tmp_path / "model2.5-0.5b-report"  # dots in a stem (model names have them) are not a suffix
     result = _invoke(
         "eval",
         str(sts_dir),
@@ -152,10 +152,10 @@ def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
         "4",
     )
     assert result.exit_code == 0, result.output
-    report = out.with_suffix(".md").read_text()
+    report = (tmp_path / "model2.5-0.5b-report.md").read_text()
     for label in ("hs", "va@all", "prompteol+ef2", "prompteol+trunc2", "ms / text"):
         assert f"| {label} |" in report or label in report
-    data = json.loads(out.with_suffix(".json").read_text())
+    data = json.loads((tmp_path / "model2.5-0.5b-report.json").read_text())
     assert set(data["results"]) == {"hs", "va@all", "prompteol+ef2", "prompteol+trunc2"}
     score = data["results"]["va@all"][0]["main_score"]
     from valuelens.evaluation import evaluate
@@ -184,7 +184,7 @@ def test_eval_task_limits(model_dir, sts_dir, tmp_path):
 
 
 def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):
-    out = tmp_path / "sweep"
+    out = tmp_path / "sweep.md"  # a report extension on the stem is not doubled
     result = _invoke(
         "sweep",
         str(sts_dir),
@@ -203,6 +203,7 @@ def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):
     for recipe in ("va", "hs"):
         data = json.loads((tmp_path / f"sweep-{recipe}.json").read_text())
         assert len(data["per_layer"]) == 4
+        assert (tmp_path / f"sweep-{recipe}.md").exists()
         a, b = data["best_band"]
         assert b - a + 1 >= 2 and data["best_band_score"] == max(data["bands"].values())
         assert (tmp_path / f"sweep-{recipe}.png").stat().st_size > 1000

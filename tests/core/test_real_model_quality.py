@@ -20,14 +20,23 @@ OFFICIAL_PROMPT = 'Summarize the sentence: "{text}" in one word:"'
 
 @pytest.fixture(scope="module")
 def smollm2():
-    return Encoder.from_pretrained("smollm2-135m", recipe="hs", layers="all", truncate_layers=False, dtype="float32")
+    return Encoder.from_pretrained(
+        "smollm2-135m", recipe="hs", layers="all", truncate_layers=False, dtype="float32"
+    )
 
 
 def test_embed_filter_reproduces_the_official_figures(smollm2):
     model, tok = smollm2.model, smollm2.tokenizer
     encoders = [Encoder(model, tok, recipe="last-token", prompt=OFFICIAL_PROMPT, final_norm=True)]
     encoders += [
-        Encoder(model, tok, recipe="last-token", prompt=OFFICIAL_PROMPT, final_norm=True, embed_filter=EmbedFilter.from_model(model, tau=tau))
+        Encoder(
+            model,
+            tok,
+            recipe="last-token",
+            prompt=OFFICIAL_PROMPT,
+            final_norm=True,
+            embed_filter=EmbedFilter.from_model(model, tau=tau),
+        )
         for tau in (2, 4)
     ]
     shared = SharedEncoding(encoders)
@@ -38,7 +47,10 @@ def test_embed_filter_reproduces_the_official_figures(smollm2):
 
 def test_values_beat_hidden_states_on_stsb(smollm2):
     model, tok = smollm2.model, smollm2.tokenizer
-    encoders = [Encoder(model, tok, recipe="va", layers="all"), Encoder(model, tok, recipe="hs", layers="all")]
+    encoders = [
+        Encoder(model, tok, recipe="va", layers="all"),
+        Encoder(model, tok, recipe="hs", layers="all"),
+    ]
     shared = SharedEncoding(encoders)
     va, hs = (100 * evaluate(shared.view(i), "stsb", limit=400).main_score for i in range(2))
     # design notes (all 1379 pairs): VA all layers 53.6, HS all layers 15.5

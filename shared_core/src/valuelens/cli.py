@@ -114,6 +114,14 @@ def read_texts(
     return texts, ids
 
 
+def report_path(stem: Path, ext: str) -> Path:
+    """``stem`` + ``ext`` for the report files: dots in a stem stay (``qwen2.5-0.5b-sts`` has no suffix to
+    replace), and a report extension typed on the stem (``out.md``) is not doubled."""
+    if stem.suffix.lower() in {".md", ".json", ".png"}:
+        stem = stem.with_suffix("")
+    return stem.with_name(stem.name + ext)
+
+
 def write_vectors(
     path: Path, vectors: np.ndarray, *, ids: list[Any], texts: list[str], settings: dict[str, Any]
 ) -> None:
@@ -425,9 +433,9 @@ def eval_(
     typer.echo(report)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".md").write_text(report, encoding="utf-8")
+        report_path(out, ".md").write_text(report, encoding="utf-8")
         payload = json.loads(results_to_json(results))
-        out.with_suffix(".json").write_text(
+        report_path(out, ".json").write_text(
             json.dumps(
                 {
                     "command": command,
@@ -518,7 +526,8 @@ def sweep(
                     _BandView(shared, range(offset + a, offset + b + 1)), task_obj, split=split, limit=limit
                 ).main_score
         best = max(bands, key=bands.get)
-        stem = out if len(names) == 1 else out.with_name(f"{out.name}-{name}")
+        base = report_path(out, "")
+        stem = base if len(names) == 1 else base.with_name(f"{base.name}-{name}")
         _write_sweep(
             stem,
             command,
@@ -565,7 +574,7 @@ def _write_sweep(
     report = "\n".join(lines) + "\n"
     typer.echo(report)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(report, encoding="utf-8")
+    report_path(stem, ".md").write_text(report, encoding="utf-8")
     payload = {
         "command": command,
         "model": model_name,
@@ -576,9 +585,9 @@ def _write_sweep(
         "best_band_score": bands[best],
         "bands": {f"{a}-{b}": s for (a, b), s in bands.items()},
     }
-    stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    report_path(stem, ".json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     title = f"{model_name} · {recipe}{' · ' + prompt if prompt else ''} · {task.name}/{split}"
-    _plot(stem.with_suffix(".png"), per_layer, best, title, task.main_metric)
+    _plot(report_path(stem, ".png"), per_layer, best, title, task.main_metric)
 
 
 class _BandView:
