@@ -270,6 +270,8 @@ def test_shared_encoding_equals_separate(tiny_llama, tiny_tokenizer):
     for i, encoder in enumerate(encoders):
         np.testing.assert_allclose(shared.view(i).encode(CORPUS[:5]), encoder.encode(CORPUS[:5]), atol=1e-5)
     assert shared.view(0).encode([]).shape == (0, encoders[0].dimension)
+    with pytest.raises(TypeError):
+        shared.view(0).encode("one text")  # not three one-character texts
 
 
 def test_ablation_filters_pick_coordinates():

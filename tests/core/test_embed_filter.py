@@ -113,6 +113,34 @@ def test_save_load_round_trip(tmp_path, tiny_tokenizer):
         EmbedFilter.load(tmp_path / "missing")
 
 
+@pytest.mark.parametrize(
+    "ablation",
+    [EmbedFilter.truncation(64, 4), EmbedFilter.random_subset(64, 2, seed=500)],
+    ids=["trunc", "rand"],
+)
+def test_ablation_filters_keep_their_kind_through_save_load(tmp_path, tiny_tokenizer, ablation):
+    ablation.save(tmp_path / "ef")
+    again = EmbedFilter.load(tmp_path / "ef")
+    assert (again.kind, again.seed, again.tau) == (ablation.kind, ablation.seed, ablation.tau)
+    assert torch.equal(again.projection, ablation.projection) and repr(again) == repr(ablation)
+    with pytest.raises(ConfigError, match="not a spectral band"):
+        _ = again.band
+    encoder = Encoder(
+        build_tiny_model("llama", len(tiny_tokenizer)), tiny_tokenizer, recipe="hs", embed_filter=again
+    )
+    with pytest.raises(ConfigError, match="ablation baseline"):
+        encoder.settings()
+
+
+def test_spectrum_of_an_inference_tensor(tiny_tokenizer):
+    with torch.inference_mode():
+        model = build_tiny_model("llama", len(tiny_tokenizer))
+        weight = model.lm_head.weight.clone()
+    assert weight.is_inference()
+    ef = EmbedFilter.from_weight(weight, tau=2)
+    assert torch.equal(ef.projection, EmbedFilter.from_weight(weight.clone(), tau=2).projection)
+
+
 def test_transform_rejects_other_spaces(tiny_tokenizer):
     ef = EmbedFilter.from_model(build_tiny_model("llama", len(tiny_tokenizer)), tau=2)
     with pytest.raises(ConfigError, match="aligned-va"):

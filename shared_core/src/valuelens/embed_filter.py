@@ -66,7 +66,8 @@ def right_singular_vectors(
 
 def _spectrum(weight: Tensor) -> tuple[Tensor, Tensor]:
     """The spectrum of ``weight``, computed once per tensor (recomputed if it was modified in place)."""
-    key, version = id(weight), weight._version
+    # inference tensors keep no version counter (and cannot be changed in place outside inference mode)
+    key, version = id(weight), 0 if weight.is_inference() else weight._version
     with _SPECTRA_LOCK:
         entry = _SPECTRA.get(key)
     if entry is not None and entry[0]() is weight and entry[1] == version:
@@ -143,6 +144,7 @@ class EmbedFilter:
     hidden_size: int = 0
     singular_values: Tensor | None = None  # of the kept band, for inspection
     kind: Literal["spectral", "truncation", "random"] = "spectral"
+    seed: int | None = None  # of a ``random`` filter
 
     @classmethod
     def from_weight(cls, weight: Tensor, tau: float = 2, offset: int = 0) -> EmbedFilter:
@@ -175,7 +177,7 @@ class EmbedFilter:
             .values
         )
         return cls(
-            torch.eye(hidden_size)[rows].contiguous(), float(tau), int(seed), hidden_size, None, "random"
+            torch.eye(hidden_size)[rows].contiguous(), float(tau), 0, hidden_size, None, "random", int(seed)
         )
 
     @classmethod
@@ -197,6 +199,10 @@ class EmbedFilter:
 
     @property
     def band(self) -> tuple[int, int]:
+        """The kept range ``[l, r)`` of singular-vector indices (spectral filters only)."""
+        if self.kind != "spectral":
+            msg = f"a {self.kind!r} EmbedFilter (an ablation baseline) keeps coordinates, not a spectral band"
+            raise ConfigError(msg)
         return band(self.hidden_size, self.tau, self.offset)
 
     @overload
@@ -221,12 +227,16 @@ class EmbedFilter:
         return (x.to(torch.float32) @ p.T).to(x.dtype if x.is_floating_point() else torch.float32)
 
     def config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
+            "kind": self.kind,
             "tau": self.tau,
             "offset": self.offset,
             "hidden_size": self.hidden_size,
             "dimension": self.dimension,
         }
+        if self.seed is not None:
+            config["seed"] = self.seed
+        return config
 
     def save(self, directory: str | os.PathLike) -> None:
         """Write ``embed_filter.json`` and ``embed_filter.safetensors`` into ``directory``."""
@@ -255,12 +265,12 @@ class EmbedFilter:
             int(config["hidden_size"]),
             tensors.get("singular_values"),
             config.get("kind", "spectral"),
+            config.get("seed"),
         )
 
     def __repr__(self) -> str:
         if self.kind != "spectral":
-            return (
-                f"EmbedFilter(kind={self.kind!r}, tau={self.tau:g}, {self.hidden_size} -> {self.dimension})"
-            )
+            seed = "" if self.seed is None else f", seed={self.seed}"
+            return f"EmbedFilter(kind={self.kind!r}, tau={self.tau:g}{seed}, {self.hidden_size} -> {self.dimension})"
         start, stop = self.band
         return f"EmbedFilter(tau={self.tau:g}, offset={self.offset}, band=[{start}, {stop}), {self.hidden_size} -> {self.dimension})"

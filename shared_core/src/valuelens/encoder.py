@@ -356,8 +356,15 @@ class Encoder:
         """The settings that define this encoder's embeddings, with ``layers`` as an explicit list.
 
         Usage: ``Encoder.from_pretrained(path, **enc.settings())`` rebuilds the same embeddings.
+        Raises ``ConfigError`` for an ablation filter (truncation, random subset): no setting names it.
         """
         ef = self.embed_filter
+        if ef is not None and ef.kind != "spectral":
+            msg = (
+                f"this Encoder uses {ef!r}, an ablation baseline that settings cannot describe "
+                "(embed_filter=τ means EmbedFilter's spectral band): pass the EmbedFilter object itself"
+            )
+            raise ConfigError(msg)
         return {
             "recipe": self.recipe.name,
             "layers": list(self.layers),

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from valuelens.encoder import Encoder, encode_many
+from valuelens.encoder import Encoder, check_texts, encode_many
 
 
 class SharedEncoding:
@@ -27,6 +27,7 @@ class SharedEncoding:
         self._cache: dict[str, list[np.ndarray]] = {}
 
     def compute(self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False) -> None:
+        texts, _ = check_texts(texts, allow_single=False)
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if not missing:
             return
