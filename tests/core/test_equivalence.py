@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
+import torch
 
 from reference import reference_embeddings
 from tiny_models import CORPUS, FALLBACK_ARCHITECTURES, build_tiny_model
@@ -64,6 +67,10 @@ def test_fallback_values_equal_attention_output_of_a_single_token(arch_name, tin
     parts = enc.parts
     expanded = va.reshape(len(singles), parts.n_kv_heads, 1, parts.head_dim).repeat(parts.group_size, axis=2)
     np.testing.assert_allclose(expanded.reshape(len(singles), -1), z, atol=1e-5)
+    # the parts travel to sentence-transformers' pool workers, so the value slicers must pickle
+    module, slicer = pickle.loads(pickle.dumps(parts.value_sources[0]))
+    out = module(torch.randn(1, 2, parts.hidden_size))
+    assert slicer(out).shape[-1] == parts.head_dim
 
 
 def test_fallback_refuses_what_it_cannot_compute(tiny_tokenizer):

@@ -65,6 +65,26 @@ def test_layers_after_the_deepest_never_run(tiny_model_dir):
     assert sorted(set(calls)) == [0, 1]
 
 
+def test_backbone_weights_are_listed_once(tiny_model_dir, tmp_path):
+    from safetensors.torch import save_file
+
+    model = _st(tiny_model_dir["llama"], recipe="va")
+    state = model.state_dict()
+    assert not [key for key in state if key.startswith("1.")]  # ValuePooling holds no copy of the backbone
+    assert len(state) == len(model[0].state_dict())
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "all.safetensors"))
+
+
+def test_features_can_be_reused_for_a_second_forward(tiny_model_dir):
+    model = _st(tiny_model_dir["llama"], recipe="va", prompt="prompteol")
+    features = model.tokenize(TEXTS[:3])
+    with torch.no_grad():
+        first = model(features)["sentence_embedding"].clone()
+        second = model(features)["sentence_embedding"]
+    torch.testing.assert_close(second, first)  # still pooled over the text only, not the prompt
+    np.testing.assert_allclose(first.numpy(), model.encode(TEXTS[:3]), atol=1e-5)
+
+
 def test_auto_layers_are_resolved_and_saved(tiny_model_dir, tmp_path):
     model = _st(tiny_model_dir["llama"], recipe="va", layers="auto")
     assert model[1].get_config_dict()["layers"] == [2, 3]  # 50-85 % of 4 layers

@@ -9,6 +9,7 @@ names covers llama, mistral, qwen2/3, gemma2/3, phi3, gpt2, gpt_neox, opt and mo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -104,10 +105,29 @@ def _config_int(config: object, *names: str) -> int | None:
     return None
 
 
+def _interleaved_values(out: Tensor, n_heads: int, head_dim: int) -> Tensor:
+    """Bloom / classic Falcon: per head ``(q, k, v)`` interleaved."""
+    return out.view(*out.shape[:2], n_heads, 3, head_dim)[..., 2, :]
+
+
+def _grouped_values(out: Tensor, n_kv: int, n_heads: int, head_dim: int) -> Tensor:
+    """Falcon's new decoder architecture: per key/value group ``(q..., k, v)``."""
+    return out.view(*out.shape[:2], n_kv, n_heads // n_kv + 2, head_dim)[..., -1, :]
+
+
+def _multi_query_values(out: Tensor, n_heads: int, head_dim: int) -> Tensor:
+    """Multi-query Falcon: one key and one value head after the query heads."""
+    return out.view(*out.shape[:2], n_heads + 2, head_dim)[..., -1:, :]
+
+
 def _fused_values(
     model_type: str, attention: nn.Module, config: object, n_heads: int, n_kv: int, head_dim: int
 ):
-    """Where Bloom and Falcon (which bypass the attention interface) keep their value vectors."""
+    """Where Bloom and Falcon (which bypass the attention interface) keep their value vectors.
+
+    The slicers are module-level functions under ``functools.partial`` so that the parts pickle (the
+    sentence-transformers multi-process pool sends the model to its workers).
+    """
     fused = getattr(attention, "query_key_value", None)
     if fused is None:
         return None
@@ -116,11 +136,11 @@ def _fused_values(
         and not getattr(config, "multi_query", False)
         and not getattr(config, "new_decoder_architecture", False)
     ):
-        return fused, lambda out: out.view(*out.shape[:2], n_heads, 3, head_dim)[..., 2, :]
+        return fused, functools.partial(_interleaved_values, n_heads=n_heads, head_dim=head_dim)
     if model_type == "falcon" and getattr(config, "new_decoder_architecture", False):
-        return fused, lambda out: out.view(*out.shape[:2], n_kv, n_heads // n_kv + 2, head_dim)[..., -1, :]
-    if model_type == "falcon":  # multi-query: one key/value head after the query heads
-        return fused, lambda out: out.view(*out.shape[:2], n_heads + 2, head_dim)[..., -1:, :]
+        return fused, functools.partial(_grouped_values, n_kv=n_kv, n_heads=n_heads, head_dim=head_dim)
+    if model_type == "falcon":
+        return fused, functools.partial(_multi_query_values, n_heads=n_heads, head_dim=head_dim)
     return None
 
 

@@ -144,7 +144,9 @@ class ValuePooling(Module):
             combine=self.combine,
             final_norm=self.final_norm,
         )
-        self._transformer = transformer
+        # a plain reference, not a submodule: the backbone's weights belong to the Transformer alone
+        # (registering it here would list every weight twice in the model's state_dict)
+        object.__setattr__(self, "_transformer", transformer)
         # the Transformer's own preprocess (chat templates, plain prefix prompts) is replaced by the core's
         transformer.preprocess = self._preprocess
         self._handles.append(transformer.register_forward_pre_hook(self._start))
@@ -212,8 +214,8 @@ class ValuePooling(Module):
             features["position_ids"] = batch.position_ids
         return features
 
-    def _start(self, module: Transformer, args: tuple) -> None:
-        features = args[0]
+    def _start(self, module: Transformer, args: tuple) -> tuple:
+        features = dict(args[0])  # the caller's dict keeps its span: a second forward pools the same way
         encoder = self.encoder
         mask = features["attention_mask"]
         span = features.pop(_SPAN_KEY, None)
@@ -231,6 +233,7 @@ class ValuePooling(Module):
             stop_early=False,
         )
         _PENDING.set((*_PENDING.get(), handle))
+        return (features, *args[1:])
 
     def _finish(self, module: Transformer, args: tuple, output: Any) -> None:
         pending = _PENDING.get()
