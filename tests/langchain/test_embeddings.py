@@ -101,7 +101,7 @@ def test_empty_list(embeddings: ValueLensEmbeddings) -> None:
 @pytest.mark.parametrize(
     ("texts", "match"),
     [
-        (None, "got None"),
+        (None, "embed_documents expects a list of strings, got None"),
         ("one string", "single str"),
         (b"bytes", "got bytes"),
         (42, "got int"),
@@ -240,6 +240,20 @@ def test_prebuilt_encoder_settings(encoder: valuelens.Encoder) -> None:
         ValueLensEmbeddings(model=encoder, dtype="bfloat16")
 
 
+def test_pipeline_fields_are_frozen_the_rest_validated(encoder: valuelens.Encoder) -> None:
+    import pydantic
+
+    embeddings = ValueLensEmbeddings(model=encoder)  # its own instance: the test changes batch_size
+
+    for field, value in (("recipe", "hs"), ("layers", "all"), ("prompt", "prompteol"), ("model", "x")):
+        with pytest.raises(pydantic.ValidationError, match="frozen"):
+            setattr(embeddings, field, value)
+    with pytest.raises(pydantic.ValidationError, match="greater than 0"):
+        embeddings.batch_size = 0
+    embeddings.batch_size = 2  # the rest stays live
+    assert len(embeddings.embed_documents(CORPUS[:3])) == 3
+
+
 def test_sentence_transformer_model(tiny_model_dir: str) -> None:
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
@@ -256,6 +270,14 @@ def test_sentence_transformer_model(tiny_model_dir: str) -> None:
     np.testing.assert_allclose(got, st.encode(CORPUS[:3], normalize_embeddings=True), atol=1e-6)
     np.testing.assert_allclose(
         emb.embed_query("x"), st.encode(["query: x"], normalize_embeddings=True)[0], atol=1e-6
+    )
+    # the model's own query/document prompts apply, as with st.encode_query / st.encode_document
+    st.prompts = {"query": "Find: ", "document": "Passage: "}
+    np.testing.assert_allclose(
+        emb.embed_query("x"), st.encode(["Find: query: x"], normalize_embeddings=True)[0], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        emb.embed_documents(["y"]), st.encode(["Passage: y"], normalize_embeddings=True), atol=1e-6
     )
     assert all(type(x) is float for x in got[0])
     with pytest.raises(

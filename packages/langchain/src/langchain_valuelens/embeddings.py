@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import reprlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -52,38 +52,42 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
     before anything is loaded. See ``docs/langchain.md`` for every field and the bad-input rules.
     """
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, protected_namespaces=())
+    model_config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, protected_namespaces=(), validate_assignment=True
+    )
 
-    model: Any = None
+    # The pipeline fields build the model at construction, so they are frozen: assigning one later would
+    # describe embeddings the loaded model does not compute (build a new instance instead).
+    model: Any = Field(default=None, frozen=True)
     """A provisioned model name (``"smollm2-135m"``, see ``valuelens.models.available()``), a local
     model folder, an already-built :class:`valuelens.Encoder` or a
     ``sentence_transformers.SentenceTransformer``. ``None`` is the embedded default model."""
-    recipe: str = "va"
+    recipe: str = Field(default="va", frozen=True)
     """The valuelens recipe (``"va"``, ``"aligned-wva"``, ``"hs"``, ... see ``valuelens.RECIPES``)."""
-    layers: str | StrictInt | list[StrictInt] = "auto"
+    layers: str | StrictInt | list[StrictInt] = Field(default="auto", frozen=True)
     """Decoder layers to read: ``"auto"``, ``"all"``, ``"half"``, ``"last"``, ``"band"``, an int, a list of
     ints or ranges such as ``"20-27"``."""
-    prompt: str | None = None
+    prompt: str | None = Field(default=None, frozen=True)
     """A valuelens prompt: ``None``, a name (``"prompteol"``, ``"futureeol"``, ``"echo"``, ``"metaeol"``)
     or a custom template containing ``{text}``."""
     query_prompt: str | None = None
     """An instruction prepended verbatim (no separator) to every query before ``prompt`` is applied."""
     document_prompt: str | None = None
     """An instruction prepended verbatim (no separator) to every document before ``prompt`` is applied."""
-    embed_filter: float | None = None
+    embed_filter: float | None = Field(default=None, frozen=True)
     """EmbedFilter ratio tau (``2`` keeps half the dimensions); residual-space recipes only."""
-    device: str | torch.device | None = None
+    device: str | torch.device | None = Field(default=None, frozen=True)
     """Where the model runs (``"cpu"``, ``"cuda"``, ...); ``None``: CUDA when available, else CPU."""
-    dtype: str | torch.dtype | None = None
-    """``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``; ``None``: transformers'
-    default for the checkpoint."""
+    dtype: str | torch.dtype | None = Field(default=None, frozen=True)
+    """``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or a ``torch.dtype``; ``None``: float32 on CPU,
+    the checkpoint's dtype elsewhere (bf16 for the provisioned models)."""
     batch_size: StrictInt = Field(default=32, gt=0)
     """Texts per forward pass."""
     normalize: bool = True
     """L2-normalise every embedding (cosine similarity then equals the dot product)."""
     show_progress: bool = False
     """Show a progress bar while embedding."""
-    max_length: StrictInt | None = Field(default=None, gt=0)
+    max_length: StrictInt | None = Field(default=None, gt=0, frozen=True)
     """Token limit per text (the prompt is kept; longer texts are truncated with a warning);
     ``None``: 512."""
 
@@ -162,8 +166,10 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
             raise valuelens.ConfigError(msg)
         # Mirror what will actually run, so the fields (and repr) describe the embeddings.
         settings = encoder.settings()
-        for key in ("recipe", "layers", "prompt", "embed_filter", "max_length"):
-            setattr(self, key, settings[key])
+        # `frozen` guards later assignments, not this mirroring at construction
+        self.__dict__.update(
+            {key: settings[key] for key in ("recipe", "layers", "prompt", "embed_filter", "max_length")}
+        )
 
     def _adopt_sentence_transformer(self, model: Any) -> None:
         """A SentenceTransformer defines its own pipeline: pipeline fields cannot be set with it."""
@@ -192,7 +198,9 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
         return int(getter())
 
     # ------------------------------------------------------------------ embedding
-    def _embed(self, texts: list[str], instruction: str | None) -> list[list[float]]:
+    def _embed(
+        self, texts: list[str], instruction: str | None, kind: Literal["query", "document"]
+    ) -> list[list[float]]:
         if not texts:
             return []
         if instruction:
@@ -202,8 +210,8 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
             vectors = enc.encode(
                 texts, batch_size=self.batch_size, normalize=self.normalize, show_progress=self.show_progress
             )
-        else:
-            vectors = enc.encode(
+        else:  # a SentenceTransformer: its own "query" / "document" prompts apply too, as in encode_query
+            vectors = getattr(enc, f"encode_{kind}", enc.encode)(
                 texts,
                 batch_size=self.batch_size,
                 normalize_embeddings=self.normalize,
@@ -218,21 +226,21 @@ class ValueLensEmbeddings(BaseModel, Embeddings):
 
         Raises ``TypeError`` for ``None``, a bare string or a non-string item (naming its index).
         """
-        return self._embed(_check_documents(texts), self.document_prompt)
+        return self._embed(_check_documents(texts), self.document_prompt, "document")
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query (``query_prompt`` is prepended). Raises ``TypeError`` unless ``text`` is a str."""
-        return self._embed([_check_query(text)], self.query_prompt)[0]
+        return self._embed([_check_query(text)], self.query_prompt, "query")[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         """Async :meth:`embed_documents`: the forward runs in the default thread pool, off the event loop."""
         items = _check_documents(texts)
-        return await run_in_executor(None, self._embed, items, self.document_prompt)
+        return await run_in_executor(None, self._embed, items, self.document_prompt, "document")
 
     async def aembed_query(self, text: str) -> list[float]:
         """Async :meth:`embed_query`: the forward runs in the default thread pool, off the event loop."""
         item = _check_query(text)
-        vectors = await run_in_executor(None, self._embed, [item], self.query_prompt)
+        vectors = await run_in_executor(None, self._embed, [item], self.query_prompt, "query")
         return vectors[0]
 
 
@@ -243,6 +251,9 @@ def _check_documents(texts: Any) -> list[str]:
             "embed_documents expects a list of strings, got a single str; "
             "use embed_query(text) or embed_documents([text])"
         )
+        raise TypeError(msg)
+    if texts is None:
+        msg = "embed_documents expects a list of strings, got None"
         raise TypeError(msg)
     return check_texts(texts)[0]
 

@@ -126,7 +126,7 @@ class ValueLensEmbedding(BaseEmbedding):
     dtype: DType | None = Field(
         default=None,
         frozen=True,
-        description="Model dtype ('fp32', 'bf16', 'fp16' are aliases); None keeps the checkpoint's (bf16 for the bundled models).",
+        description="Model dtype ('fp32', 'bf16', 'fp16' are aliases); None: float32 on CPU, the checkpoint's elsewhere (bf16 for the bundled models).",
     )
     max_length: int | None = Field(
         default=None,
