@@ -145,8 +145,7 @@ def test_encoder_sharing_reads_the_settings_from_the_encoder(tiny_encoder: value
     assert data["recipe"] == "aligned-wva"
     assert data["prompt"] == "futureeol"
     assert data["layers"] == list(tiny_encoder.layers)
-    assert data["device"] == "cpu"
-    assert data["dtype"] == "float32"
+    assert data["device"] is None and data["dtype"] is None  # not the encoder's: a GPU dict loads on a CPU
     shared = ValueLensEmbedding.from_dict(data, encoder=tiny_encoder)
     assert shared.encoder is tiny_encoder
     assert shared.to_dict() == data
@@ -154,6 +153,22 @@ def test_encoder_sharing_reads_the_settings_from_the_encoder(tiny_encoder: value
     ValueLensEmbedding(
         encoder=tiny_encoder, recipe="ALIGNED_WVA", prompt="FutureEOL", device="cpu", dtype="fp32"
     )
+
+
+def test_deep_copies_own_their_model(tiny_encoder: valuelens.Encoder) -> None:
+    import copy
+
+    embedding = ValueLensEmbedding(encoder=tiny_encoder, query_instruction="Q: ", num_workers=2)
+    want = embedding.get_query_embedding("a cat")
+    for clone in (copy.deepcopy(embedding), embedding.model_copy(deep=True)):
+        assert clone.encoder is not embedding.encoder and clone.encoder.model is not tiny_encoder.model
+        assert clone.to_dict() == embedding.to_dict()
+        assert clone.get_query_embedding("a cat") == pytest.approx(want, abs=1e-6)
+        np.testing.assert_allclose(
+            asyncio.run(clone.aget_text_embedding_batch(["a", "b", "c"])),
+            embedding.get_text_embedding_batch(["a", "b", "c"]),
+            atol=1e-6,
+        )
 
 
 def test_resolved_settings_are_recorded_for_an_exact_round_trip(tiny_model_dir: Path) -> None:

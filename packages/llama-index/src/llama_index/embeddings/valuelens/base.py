@@ -15,6 +15,7 @@ shared :class:`valuelens.Encoder`, vectors come back as lists of Python floats.
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -172,9 +173,8 @@ class ValueLensEmbedding(BaseEmbedding):
                     f"{actual[key]!r}); leave {key} unset when passing encoder=, or build a new encoder"
                 )
                 raise ConfigError(msg)
-        for key in ("device", "dtype"):  # agreeing values are kept as given (None: portable)
-            if key in fields:
-                actual[key] = fields[key]
+        for key in ("device", "dtype"):  # kept as given, as when loading by name (None: portable)
+            actual[key] = fields.get(key)
         if model_name is None:
             model_name = encoder.name_or_path or "unknown"
         super().__init__(model_name=model_name, **{**fields, **actual})
@@ -253,6 +253,25 @@ class ValueLensEmbedding(BaseEmbedding):
             texts = [instruction + text for text in texts]
         vectors = self._encoder.encode(texts, batch_size=self.embed_batch_size, normalize=self.normalize)
         return vectors.tolist()
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ValueLensEmbedding:
+        """A deep copy (``copy.deepcopy``, ``model_copy(deep=True)``) with its own copy of the model; the
+        concurrency slots and their lock are made anew (locks cannot be copied)."""
+        memo = {} if memo is None else memo
+        cls = type(self)
+        clone = cls.__new__(cls)
+        memo[id(self)] = clone
+        object.__setattr__(clone, "__dict__", copy.deepcopy(self.__dict__, memo))
+        object.__setattr__(clone, "__pydantic_extra__", copy.deepcopy(self.__pydantic_extra__, memo))
+        object.__setattr__(clone, "__pydantic_fields_set__", set(self.__pydantic_fields_set__))
+        private = {
+            "_encoder": copy.deepcopy(self._encoder, memo),
+            "_slots": None,
+            "_slots_size": 0,
+            "_slots_lock": threading.Lock(),
+        }
+        object.__setattr__(clone, "__pydantic_private__", private)
+        return clone
 
     def _forward_slots(self) -> threading.BoundedSemaphore:
         size = max(1, self.num_workers or 1)
