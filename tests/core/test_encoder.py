@@ -13,7 +13,7 @@ import torch
 import valuelens
 from tiny_models import CORPUS, build_tiny_model
 from valuelens import RECIPES, Encoder, TruncationWarning
-from valuelens.capture import _INSTRUMENTED
+from valuelens.capture import _INSTRUMENTED, is_instrumented
 from valuelens.errors import ConfigError, SpaceMismatchError
 
 
@@ -96,10 +96,16 @@ def test_truncation_warns_once_per_call(tiny_llama, tiny_tokenizer):
 def test_hooks_and_attention_restored(tiny_llama, tiny_tokenizer):
     before = _hook_count(tiny_llama)
     impl = tiny_llama.config._attn_implementation
+    during = []
+    probe = tiny_llama.model.layers[0].register_forward_pre_hook(
+        lambda module, args: during.append(is_instrumented(tiny_llama))
+    )
     Encoder(tiny_llama, tiny_tokenizer, recipe="wva-lt").encode(CORPUS)
+    probe.remove()
+    assert during and all(during)
     assert _hook_count(tiny_llama) == before
     assert tiny_llama.config._attn_implementation == impl
-    assert not _INSTRUMENTED
+    assert not _INSTRUMENTED and not is_instrumented(tiny_llama)
 
 
 def test_hooks_removed_when_forward_raises(tiny_llama, tiny_tokenizer):
@@ -113,7 +119,7 @@ def test_hooks_removed_when_forward_raises(tiny_llama, tiny_tokenizer):
     with pytest.raises(RuntimeError, match="boom"):
         enc.encode(CORPUS[:2])
     handle.remove()
-    assert _hook_count(tiny_llama) == before and not _INSTRUMENTED
+    assert _hook_count(tiny_llama) == before and not _INSTRUMENTED and not is_instrumented(tiny_llama)
     assert tiny_llama.config._attn_implementation == "sdpa"
     assert enc.encode(CORPUS[:2]).shape == (2, enc.dimension)  # still usable
 
