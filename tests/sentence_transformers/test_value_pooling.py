@@ -85,6 +85,25 @@ def test_features_can_be_reused_for_a_second_forward(tiny_model_dir):
     np.testing.assert_allclose(first.numpy(), model.encode(TEXTS[:3]), atol=1e-5)
 
 
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_an_interrupted_encode_leaves_no_capture_behind(tiny_model_dir, error):
+    from valuelens.capture import is_instrumented
+
+    model = _st(tiny_model_dir["llama"], recipe="wva-lt")
+    backbone = model[0].auto_model
+    want = model.encode(TEXTS)
+
+    def stop(module, args):
+        raise error("stop")
+
+    handle = backbone.layers[1].register_forward_pre_hook(stop)
+    with pytest.raises(error):
+        model.encode(TEXTS)
+    handle.remove()
+    assert not is_instrumented(backbone) and backbone.config._attn_implementation == "sdpa"
+    np.testing.assert_array_equal(model.encode(TEXTS), want)
+
+
 def test_auto_layers_are_resolved_and_saved(tiny_model_dir, tmp_path):
     model = _st(tiny_model_dir["llama"], recipe="va", layers="auto")
     assert model[1].get_config_dict()["layers"] == [2, 3]  # 50-85 % of 4 layers

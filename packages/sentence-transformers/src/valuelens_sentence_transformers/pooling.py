@@ -24,8 +24,8 @@ How it fits into sentence-transformers (all work is done by the valuelens core):
 
 from __future__ import annotations
 
+import functools
 import os
-from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import torch
@@ -34,11 +34,10 @@ from sentence_transformers.base.modules import Module, Transformer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from valuelens import EmbedFilter, Encoder, EncoderConfig
-from valuelens.capture import CaptureHandle, start_capture
+from valuelens.capture import capturing
 from valuelens.encoder import DEFAULT_MAX_LENGTH
 from valuelens.errors import ConfigError, UnsupportedModelError
 
-_PENDING: ContextVar[tuple[CaptureHandle, ...]] = ContextVar("valuelens_st_pending", default=())
 _SPAN_KEY = "valuelens_span"
 _LAYERS_KEY = "valuelens_layer_vectors"
 WEIGHTS_NAME = "model.safetensors"
@@ -95,7 +94,6 @@ class ValuePooling(Module):
         self.final_norm = config.final_norm
         self._encoder: Encoder | None = None
         self._transformer: Transformer | None = None
-        self._handles: list[Any] = []
         self._projection: torch.Tensor | None = None
 
     # ------------------------------------------------------------------ wiring
@@ -113,9 +111,10 @@ class ValuePooling(Module):
 
     def bind(self, transformer: Transformer) -> None:
         """Build the core encoder over ``transformer``'s backbone and take over its text preprocessing."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        previous = self.__dict__.get("_transformer")
+        if previous is not None:  # re-binding: the old Transformer gets its own forward and preprocess back
+            for name in ("forward", "preprocess"):
+                previous.__dict__.pop(name, None)
         backbone = transformer.auto_model
         if getattr(backbone.config, "is_encoder_decoder", False):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"
@@ -149,8 +148,9 @@ class ValuePooling(Module):
         object.__setattr__(self, "_transformer", transformer)
         # the Transformer's own preprocess (chat templates, plain prefix prompts) is replaced by the core's
         transformer.preprocess = self._preprocess
-        self._handles.append(transformer.register_forward_pre_hook(self._start))
-        self._handles.append(transformer.register_forward_hook(self._finish, always_call=True))
+        # its forward runs inside a capture, closed in `finally` (also on KeyboardInterrupt, which hooks'
+        # always_call does not cover); a partial, not a closure, so that the model still pickles
+        transformer.forward = functools.partial(self._capturing_forward, transformer)
 
     def _build_filter(self, probe: Encoder, transformer: Transformer) -> EmbedFilter | None:
         if self.embed_filter is None:
@@ -214,8 +214,8 @@ class ValuePooling(Module):
             features["position_ids"] = batch.position_ids
         return features
 
-    def _start(self, module: Transformer, args: tuple) -> tuple:
-        features = dict(args[0])  # the caller's dict keeps its span: a second forward pools the same way
+    def _capturing_forward(self, transformer: Transformer, features: dict[str, Any], **kwargs: Any) -> Any:
+        features = dict(features)  # the caller's dict keeps its span: a second forward pools the same way
         encoder = self.encoder
         mask = features["attention_mask"]
         span = features.pop(_SPAN_KEY, None)
@@ -224,26 +224,18 @@ class ValuePooling(Module):
             span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
         span = span.to(mask.device)
         weights, index = encoder.pooling_inputs(mask, span[:, 0], span[:, 1])
-        handle = start_capture(
+        with capturing(
             encoder.refresh_parts(),
             [encoder.capture_plan()],
             attention_mask=mask,
             weights=weights,
             index=index,
             stop_early=False,
-        )
-        _PENDING.set((*_PENDING.get(), handle))
-        return (features, *args[1:])
-
-    def _finish(self, module: Transformer, args: tuple, output: Any) -> None:
-        pending = _PENDING.get()
-        if not pending:
-            return
-        handle = pending[-1]
-        _PENDING.set(pending[:-1])
-        handle.close()
+        ) as session:
+            output = type(transformer).forward(transformer, features, **kwargs)
         if isinstance(output, dict):
-            output[_LAYERS_KEY] = handle.session.captures[0].layer_vectors()
+            output[_LAYERS_KEY] = session.captures[0].layer_vectors()
+        return output
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         vectors = features.pop(_LAYERS_KEY, None)
