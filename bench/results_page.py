@@ -186,10 +186,21 @@ def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]
                 f" / {100 * (avg(m, 'prompteol+ef2') - avg(m, 'prompteol+rand2')):+.1f}"
             )
         )
-        + ". Lee (50 long news documents) moves differently from STS-B (short sentence pairs) for several"
-        " recipes (plausibly because a one-word prompt compresses a whole article badly)."
+        + "."
     )
     ref = "all-MiniLM-L6-v2 (trained)"
+
+    def best_on(m: str, task: str) -> str:
+        label = max((k for k in sts[m] if k != ref), key=lambda k: sts[m][k][task])
+        return f"{label} {100 * sts[m][label][task]:.1f}"
+
+    lines.append(
+        "- **Sentences vs documents.** Best training-free recipe on STS-B: "
+        + per_model(lambda m: best_on(m, "stsb"))
+        + "; on Lee (50 short news articles, document-level similarity): "
+        + per_model(lambda m: best_on(m, "lee"))
+        + ". The rankings differ: plain mean pooling (`hs-final`), weak on STS-B, is among the best on Lee."
+    )
     if all(ref in sts[m] for m in have):
         lines.append(
             "- **Trained reference**: the best training-free recipe per model on STS-B test scores "
@@ -198,6 +209,48 @@ def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]
             " these 135M–500M models stay behind a small trained encoder."
         )
     return lines
+
+
+GLANCE = {
+    "hs-final": "mean of last_hidden_state (plain mean pooling)",
+    "hs": "HS mean, dev-tuned layers",
+    "va": "VA (attention values), dev-tuned layers",
+    "aligned-va": "VA through W_O (residual space)",
+    "prompteol": "PromptEOL (last token)",
+    "prompteol+ef2": "PromptEOL + EmbedFilter τ=2 (half the dims)",
+    "aligned-wva:futureeol": "AlignedWVA(FutureEOL)",
+    "echo": "Echo",
+    "all-MiniLM-L6-v2 (trained)": "all-MiniLM-L6-v2 (trained reference)",
+}
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def glance(sts: Scores) -> list[str]:
+    """The headline rows: STS-B test / Lee per model, for the recipes a user picks between."""
+    have = [m for m in MODELS if m in sts]
+    lines = [
+        "| recipe | " + " | ".join(f"{m} STS-B / Lee" for m in have) + " |",
+        "|---|" + "---:|" * len(have),
+    ]
+    for label, name in GLANCE.items():
+        cells = [
+            f"{_fmt(sts[m][label]['stsb'])} / {_fmt(sts[m][label]['lee'])}" if label in sts[m] else "–"
+            for m in have
+        ]
+        lines.append(f"| `{label}`: {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def update_readme(table: list[str]) -> None:
+    """Replace the block between the README's results markers with ``table``."""
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    block = "\n".join([README_START, *table, README_END])
+    readme.write_text(head + block + tail, encoding="utf-8")
 
 
 def main() -> None:
@@ -218,6 +271,10 @@ def main() -> None:
         "Spearman for STS-B and Lee, accuracy for classification, V-measure for clustering, MAP for",
         "reranking, AP for pair classification, nDCG@10 for SciFact). Layer defaults (`auto`) were chosen on",
         "STS-B **dev** with `valuelens sweep` (docs/sweeps/). CPU, float32, 2 cores.",
+        "",
+        "## At a glance (STS-B test / Lee, Spearman ×100)",
+        "",
+        *glance(sts),
         "",
         "## Targets",
         "",
@@ -257,6 +314,7 @@ def main() -> None:
             if report.exists():
                 parts += [f"## {m}: {title}", "", report.read_text().strip(), ""]
     (ROOT / "docs" / "results.md").write_text("\n".join(parts) + "\n", encoding="utf-8")
+    update_readme(glance(sts))
     print("\n".join(targets(sts, meta)))
 
 
