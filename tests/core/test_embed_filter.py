@@ -77,27 +77,19 @@ def test_from_path_loads_only_the_head(tmp_path, tiny_tokenizer):
 def test_tied_base_model_uses_embeddings_and_untied_base_model_needs_a_path(tiny_tokenizer):
     from transformers import AutoModel, LlamaConfig
 
-    tied = AutoModel.from_config(
-        LlamaConfig(
+    def base_model(tied: bool):
+        config = LlamaConfig(
             vocab_size=300,
             hidden_size=32,
             intermediate_size=64,
             num_hidden_layers=1,
             num_attention_heads=2,
-            tie_word_embeddings=True,
+            tie_word_embeddings=tied,
         )
-    )
-    assert EmbedFilter.from_model(tied, tau=2).dimension == 16
-    untied = AutoModel.from_config(
-        LlamaConfig(
-            vocab_size=300,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            tie_word_embeddings=False,
-        )
-    )
+        return AutoModel.from_config(config)
+
+    assert EmbedFilter.from_model(base_model(tied=True), tau=2).dimension == 16
+    untied = base_model(tied=False)
     with pytest.raises(ConfigError, match="pass the model's path"):
         EmbedFilter.from_model(untied, tau=2)
 
