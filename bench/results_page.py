@@ -111,6 +111,37 @@ def _ms(path: Path) -> dict[str, float]:
     return json.loads(path.read_text()).get("ms_per_text", {})
 
 
+def other_tasks(other: Scores) -> list[str]:
+    """How the STS orderings carry over to the other task kinds, counted per task."""
+    ref = "all-MiniLM-L6-v2 (trained)"
+    comparisons = (  # (recipe, baseline, what a win means, ties count as a win)
+        ("va", "hs", "VA beats the dev-tuned HS mean", False),
+        ("va", "hs@all", "VA beats the all-layer HS mean", False),
+        ("aligned-wva:futureeol", "prompteol", "AlignedWVA(FutureEOL) beats PromptEOL", False),
+        ("prompteol+ef2", "prompteol", "EmbedFilter τ=2 keeps or improves PromptEOL", True),
+        ("prompteol+ef2", "prompteol+rand2", "EmbedFilter τ=2 beats a random half", False),
+    )
+    lines = []
+    for m, scores in other.items():
+        tasks = list(scores["va"])
+        parts = []
+        for recipe, baseline, name, ties in comparisons:
+            wins = sum(
+                scores[recipe][t] > scores[baseline][t] or (ties and scores[recipe][t] == scores[baseline][t])
+                for t in tasks
+            )
+            parts.append(f"{name} on {wins} of {len(tasks)}")
+        best = [t for t in tasks if max(v[t] for k, v in scores.items() if k != ref) > scores[ref][t]]
+        parts.append(
+            f"the best training-free recipe beats all-MiniLM-L6-v2 on {len(best)} of {len(tasks)}"
+            + (f" ({', '.join(best)})" if best else "")
+        )
+        lines.append(
+            f"- **Other tasks, {m}** ({', '.join(tasks)}; seeded test samples): " + "; ".join(parts) + "."
+        )
+    return lines
+
+
 def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]]) -> list[str]:
     """Where these small, quantized models do and do not follow the papers, computed from the reports."""
     lines: list[str] = []
@@ -265,6 +296,9 @@ def main() -> None:
     meta_files = {m: RESULTS / f"{m}-meta.json" for m in MODELS if (RESULTS / f"{m}-meta.json").exists()}
     meta = {m: _scores(path) for m, path in meta_files.items()}
     meta_ms = {m: _ms(path) for m, path in meta_files.items()}
+    other = {
+        m: _scores(RESULTS / f"{m}-other.json") for m in MODELS if (RESULTS / f"{m}-other.json").exists()
+    }
     parts = [
         "# Results",
         "",
@@ -289,6 +323,7 @@ def main() -> None:
         "dequantized) on CPU. Computed from the tables below:",
         "",
         *disagreements(sts, meta, meta_ms),
+        *other_tasks(other),
         "",
     ]
     missing = [
