@@ -27,6 +27,12 @@ def _fmt(x: float | None) -> str:
 
 
 Scores = dict[str, dict[str, dict[str, float]]]  # model -> recipe -> task -> main score
+REF = "all-MiniLM-L6-v2 (trained)"  # the trained reference row of every report
+
+
+def sts_avg(sts: Scores, m: str, label: str) -> float:
+    """Mean of the STS-B and Lee scores of ``label`` on model ``m``."""
+    return (sts[m][label]["stsb"] + sts[m][label]["lee"]) / 2
 
 
 def meta_gap(meta: dict[str, dict[str, float]]) -> float:
@@ -51,46 +57,69 @@ def targets(sts: Scores, meta: Scores) -> list[str]:
             [_fmt(gaps_final.get(m)) for m in MODELS],
             len(final) == len(have) and all(g >= 0.10 for g in gaps_final.values()),
         )
-    gaps = {m: sts[m]["va"]["stsb"] - sts[m]["hs"]["stsb"] for m in have}
-    row(
-        "VA (auto layers) − HS mean (auto layers), STS-B test, ≥ 10",
-        [_fmt(gaps.get(m)) for m in MODELS],
-        all(g >= 0.10 for g in gaps.values()),
-    )
-    gaps_all = {m: sts[m]["va"]["stsb"] - sts[m]["hs@all"]["stsb"] for m in have}
-    row(
-        "VA (auto layers) − HS mean (all layers), STS-B test, ≥ 10",
-        [_fmt(gaps_all.get(m)) for m in MODELS],
-        all(g >= 0.10 for g in gaps_all.values()),
-    )
 
-    def sts_avg(m: str, label: str) -> float:
-        return (sts[m][label]["stsb"] + sts[m][label]["lee"]) / 2
+    def stsb_gap(m: str, a: str, b: str) -> float:
+        return sts[m][a]["stsb"] - sts[m][b]["stsb"]
 
-    diff = {m: sts_avg(m, "aligned-wva:futureeol") - sts_avg(m, "prompteol") for m in have}
-    row(
-        "AlignedWVA(FutureEOL) − PromptEOL, mean of STS-B and Lee, > 0 for ≥ 2 models",
-        [_fmt(diff.get(m)) for m in MODELS],
-        sum(d > 0 for d in diff.values()) >= 2,
+    def avg_gap(m: str, a: str, b: str) -> float:
+        return sts_avg(sts, m, a) - sts_avg(sts, m, b)
+
+    def all_at_least(bound: float) -> Callable[[list[float]], bool]:
+        return lambda gaps: all(g >= bound for g in gaps)
+
+    def all_above_zero(gaps: list[float]) -> bool:
+        return all(g > 0 for g in gaps)
+
+    def two_above_zero(gaps: list[float]) -> bool:
+        return sum(g > 0 for g in gaps) >= 2
+
+    gap_rows = (  # (label, gap, recipe, baseline, when the target is met)
+        (
+            "VA (auto layers) − HS mean (auto layers), STS-B test, ≥ 10",
+            stsb_gap,
+            "va",
+            "hs",
+            all_at_least(0.10),
+        ),
+        (
+            "VA (auto layers) − HS mean (all layers), STS-B test, ≥ 10",
+            stsb_gap,
+            "va",
+            "hs@all",
+            all_at_least(0.10),
+        ),
+        (
+            "AlignedWVA(FutureEOL) − PromptEOL, mean of STS-B and Lee, > 0 for ≥ 2 models",
+            avg_gap,
+            "aligned-wva:futureeol",
+            "prompteol",
+            two_above_zero,
+        ),
+        (
+            "EmbedFilter τ=2 on PromptEOL − PromptEOL (half the dims), ≥ 0",
+            avg_gap,
+            "prompteol+ef2",
+            "prompteol",
+            all_at_least(0.0),
+        ),
+        (
+            "… − Matryoshka-style truncation to d/2, > 0",
+            avg_gap,
+            "prompteol+ef2",
+            "prompteol+trunc2",
+            all_above_zero,
+        ),
+        (
+            "… − a random half of the coordinates, > 0",
+            avg_gap,
+            "prompteol+ef2",
+            "prompteol+rand2",
+            all_above_zero,
+        ),
     )
-    ef = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol") for m in have}
-    row(
-        "EmbedFilter τ=2 on PromptEOL − PromptEOL (half the dims), ≥ 0",
-        [_fmt(ef.get(m)) for m in MODELS],
-        all(d >= 0 for d in ef.values()),
-    )
-    trunc = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol+trunc2") for m in have}
-    row(
-        "… − Matryoshka-style truncation to d/2, > 0",
-        [_fmt(trunc.get(m)) for m in MODELS],
-        all(d > 0 for d in trunc.values()),
-    )
-    rand = {m: sts_avg(m, "prompteol+ef2") - sts_avg(m, "prompteol+rand2") for m in have}
-    row(
-        "… − a random half of the coordinates, > 0",
-        [_fmt(rand.get(m)) for m in MODELS],
-        all(d > 0 for d in rand.values()),
-    )
+    for name, gap, recipe, baseline, met in gap_rows:
+        gaps = {m: gap(m, recipe, baseline) for m in have}
+        row(name, [_fmt(gaps.get(m)) for m in MODELS], met(list(gaps.values())))
     if meta:
         gaps_meta = {m: meta_gap(meta[m]) for m in meta}
         row(
@@ -99,7 +128,7 @@ def targets(sts: Scores, meta: Scores) -> list[str]:
             all(d > 0 for d in gaps_meta.values()),
         )
     if "qwen2.5-0.5b" in sts:
-        q = {k: v["stsb"] for k, v in sts["qwen2.5-0.5b"].items() if "MiniLM" not in k}
+        q = {k: v["stsb"] for k, v in sts["qwen2.5-0.5b"].items() if k != REF}
         best = max(q, key=q.get)
         lines.append(
             f"| best training-free recipe on Qwen2.5-0.5B, STS-B test, ≥ 70 | | | {_fmt(q[best])} ({best}) | {'yes' if q[best] >= 0.70 else 'no'} |"
@@ -113,7 +142,6 @@ def _ms(path: Path) -> dict[str, float]:
 
 def other_tasks(other: Scores) -> list[str]:
     """How the STS orderings carry over to the other task kinds, counted per task."""
-    ref = "all-MiniLM-L6-v2 (trained)"
     comparisons = (  # (recipe, baseline, what a win means, ties count as a win)
         ("va", "hs", "VA beats the dev-tuned HS mean", False),
         ("va", "hs@all", "VA beats the all-layer HS mean", False),
@@ -131,7 +159,7 @@ def other_tasks(other: Scores) -> list[str]:
                 for t in tasks
             )
             parts.append(f"{name} on {wins} of {len(tasks)}")
-        best = [t for t in tasks if max(v[t] for k, v in scores.items() if k != ref) > scores[ref][t]]
+        best = [t for t in tasks if max(v[t] for k, v in scores.items() if k != REF) > scores[REF][t]]
         parts.append(
             f"the best training-free recipe beats all-MiniLM-L6-v2 on {len(best)} of {len(tasks)}"
             + (f" ({', '.join(best)})" if best else "")
@@ -150,7 +178,7 @@ def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]
         return lines
 
     def avg(m: str, label: str) -> float:
-        return (sts[m][label]["stsb"] + sts[m][label]["lee"]) / 2
+        return sts_avg(sts, m, label)
 
     def per_model(fn: Callable[[str], str]) -> str:
         return ", ".join(f"{m} {fn(m)}" for m in have)
@@ -219,10 +247,9 @@ def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]
         )
         + "."
     )
-    ref = "all-MiniLM-L6-v2 (trained)"
 
     def best_on(m: str, task: str) -> str:
-        label = max((k for k in sts[m] if k != ref), key=lambda k: sts[m][k][task])
+        label = max((k for k in sts[m] if k != REF), key=lambda k: sts[m][k][task])
         return f"{label} {100 * sts[m][label][task]:.1f}"
 
     lines.append(
@@ -232,14 +259,14 @@ def disagreements(sts: Scores, meta: Scores, meta_ms: dict[str, dict[str, float]
         + per_model(lambda m: best_on(m, "lee"))
         + ". The rankings differ: plain mean pooling (`hs-final`), weak on STS-B, is among the best on Lee."
     )
-    if all(ref in sts[m] for m in have):
+    if all(REF in sts[m] for m in have):
         lines.append(
             "- **Trained reference**: the best training-free recipe per model on STS-B test scores "
-            + per_model(lambda m: f"{100 * max(v['stsb'] for k, v in sts[m].items() if k != ref):.1f}")
-            + f"; all-MiniLM-L6-v2 scores {100 * sts[have[0]][ref]['stsb']:.1f}: on sentences, training-free"
+            + per_model(lambda m: f"{100 * max(v['stsb'] for k, v in sts[m].items() if k != REF):.1f}")
+            + f"; all-MiniLM-L6-v2 scores {100 * sts[have[0]][REF]['stsb']:.1f}: on sentences, training-free"
             " embeddings from these 135M–500M models stay behind a small trained encoder. On Lee it scores"
-            f" {100 * sts[have[0]][ref]['lee']:.1f}, and the best training-free recipe beats it for"
-            f" {sum(max(v['lee'] for k, v in sts[m].items() if k != ref) > sts[m][ref]['lee'] for m in have)}"
+            f" {100 * sts[have[0]][REF]['lee']:.1f}, and the best training-free recipe beats it for"
+            f" {sum(max(v['lee'] for k, v in sts[m].items() if k != REF) > sts[m][REF]['lee'] for m in have)}"
             f" of {len(have)} models."
         )
     return lines
@@ -254,7 +281,7 @@ GLANCE = {
     "prompteol+ef2": "PromptEOL + EmbedFilter τ=2 (half the dims)",
     "aligned-wva:futureeol": "AlignedWVA(FutureEOL)",
     "echo": "Echo",
-    "all-MiniLM-L6-v2 (trained)": "all-MiniLM-L6-v2 (trained reference)",
+    REF: "all-MiniLM-L6-v2 (trained reference)",
 }
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 
