@@ -3,6 +3,9 @@
 # Usage: bash bench/run_results.sh [sts|final|meta|other] [MODEL ...]   (default: all parts, the three bundled models)
 # Costs on the 2-core CPU machine (measured): sts 10-20 min per model (Qwen2.5-0.5B: 20), final a few
 # minutes, other 20-45 min, meta (eight ~100-token prompts per text) ~25 min for SmolLM2 on the sample.
+# Two parts can run side by side, one thread each (sklearn's fits are single-threaded anyway), e.g.
+#   OMP_NUM_THREADS=1 bash bench/run_results.sh other gemma3-270m & OMP_NUM_THREADS=1 bash bench/run_results.sh other qwen2.5-0.5b
+# (measured that way: gemma-3-270m other 69 min; most of an other run is scifact-reranking's 600 long abstracts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=.venv/bin/valuelens
