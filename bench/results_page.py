@@ -15,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-0.5b"]
-# reports that ran as two single-threaded jobs side by side (their times are slower than the others')
-SIDE_BY_SIDE = ("gemma3-270m-other", "qwen2.5-0.5b-other", "qwen2.5-0.5b-meta")
+# reports that ran single-threaded beside another job (their times are slower than the others')
+SIDE_BY_SIDE = ("gemma3-270m-other",)
 
 
 def _scores(path: Path) -> dict[str, dict[str, float]]:

@@ -5,7 +5,8 @@
 # minutes, other 20-45 min, meta (eight ~100-token prompts per text) ~25 min for SmolLM2 on the sample.
 # Two parts can run side by side, one thread each (sklearn's fits are single-threaded anyway), e.g.
 #   OMP_NUM_THREADS=1 bash bench/run_results.sh other gemma3-270m & OMP_NUM_THREADS=1 bash bench/run_results.sh other qwen2.5-0.5b
-# (measured that way: gemma-3-270m other 69 min; most of an other run is scifact-reranking's 600 long abstracts).
+# Measured that way: gemma-3-270m other 69 min. Qwen2.5-0.5B other is ~3.5 h single-threaded (projected: stopped
+# after 79 min, a third into scifact-reranking, whose 600 long abstracts take most of an other run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=.venv/bin/valuelens
