@@ -17,6 +17,16 @@ RESULTS = ROOT / "docs" / "results"
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-0.5b"]
 # reports that ran single-threaded beside another job (their times are slower than the others')
 SIDE_BY_SIDE = ("gemma3-270m-other",)
+# the task columns of a full `other` report (bench/run_results.sh's OTHER)
+OTHER_TASKS = (
+    "banking77",
+    "banking77-clustering",
+    "emotion",
+    "emotion-clustering",
+    "stsb-pairs",
+    "scifact-reranking",
+    "scifact",
+)
 
 
 def _scores(path: Path) -> dict[str, dict[str, float]]:
@@ -368,11 +378,19 @@ def main() -> None:
         for kind in ("sts", "final", "meta", "other")
         if not (RESULTS / f"{m}-{kind}.json").exists()
     ]
+    for m, scores in other.items():  # a report run on part of the tasks
+        absent = [t for t in OTHER_TASKS if t not in scores["va"]]
+        if absent:
+            missing.append(
+                f"`bash bench/run_results.sh other {m}` (the report below has {len(OTHER_TASKS) - len(absent)} "
+                f"of its {len(OTHER_TASKS)} tasks; {', '.join(absent)} are missing)"
+            )
     if missing:
         parts += [
             "## Not run yet",
             "",
-            "These parts have no report yet (CPU time on the 2-core machine ran out); the commands that produce them:",
+            "These parts have no report yet, or only part of one (CPU time on the 2-core machine ran out);",
+            "the commands that produce them:",
             "",
             *[f"- {c}" for c in missing],
             "",
