@@ -395,6 +395,22 @@ def main() -> None:
             *[f"- {c}" for c in missing],
             "",
         ]
+    diagnosis = RESULTS / "massive-activations.md"
+    if diagnosis.exists():  # written by bench/massive_activations.py
+        parts += [
+            "## Why the all-layer HS mean scores 0 on SciFact",
+            "",
+            "For SmolLM2 and Qwen the all-layer HS mean ranks SciFact documents by length, not content",
+            "(the Spearman of a document's score with its token count is strongly negative), so nDCG@10 is 0. On SmolLM2 one",
+            "residual coordinate holds most of the squared norm and zeroing it recovers part of the score; on",
+            "Qwen zeroing the top one is not enough. Gemma shows that a huge coordinate alone is harmless: one",
+            "holds 96 % of ‖x‖² in both HS means, yet its score barely follows length. What hurts is a massive",
+            "activation whose share shrinks with length, as the first token's attention-sink activations do",
+            "when averaged over more tokens (a likely cause, not measured here). VA's scores barely follow length.",
+            "",
+            diagnosis.read_text().strip(),
+            "",
+        ]
     for m in MODELS:
         for kind, title in (
             ("sts", "STS tasks"),

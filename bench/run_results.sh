@@ -2,11 +2,16 @@
 # Regenerates docs/results/*.{md,json}: every table in docs/results.md comes from these commands.
 # Usage: bash bench/run_results.sh [sts|final|meta|other] [MODEL ...]   (default: all parts, the three bundled models)
 # Costs on the 2-core CPU machine (measured): sts 10-20 min per model (Qwen2.5-0.5B: 20), final a few
-# minutes, other 20-45 min, meta (eight ~100-token prompts per text) ~25 min for SmolLM2 on the sample.
+# minutes, other 20-45 min (Qwen2.5-0.5B: 109 min), meta (eight ~100-token prompts per text) ~25 min for SmolLM2 on the sample.
 # Two parts can run side by side, one thread each (sklearn's fits are single-threaded anyway), e.g.
 #   OMP_NUM_THREADS=1 bash bench/run_results.sh other gemma3-270m & OMP_NUM_THREADS=1 bash bench/run_results.sh other qwen2.5-0.5b
 # Measured that way: gemma-3-270m other 69 min. Qwen2.5-0.5B other is ~3.5 h single-threaded (projected: stopped
 # after 79 min, a third into scifact-reranking, whose 600 long abstracts take most of an other run).
+# A long part can run in pieces: the same command with a subset of OTHER's tasks and another --out, then
+#   .venv/bin/python bench/merge_reports.py PIECE1.json PIECE2.json --out docs/results/MODEL-other
+# (each task's seeded sample does not depend on the other tasks; the joined report prints both commands).
+# docs/results/qwen2.5-0.5b-other was made that way, alone on both cores: the five non-SciFact tasks (36 min),
+# then the two SciFact ones (73 min), each piece's report copied to /tmp/rr/ and joined there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=.venv/bin/valuelens

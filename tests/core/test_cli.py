@@ -183,6 +183,34 @@ def test_eval_task_limits(model_dir, sts_dir, tmp_path):
     assert row["n_examples"] == 3 and row["limit"] == 3 and row["subsampled"]
 
 
+def test_reports_of_task_pieces_join_to_the_joint_report(model_dir, sts_dir, tmp_path):
+    """bench/merge_reports.py: tasks run apart and joined score exactly as one run of all of them."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    other = tmp_path / "tiny-sts-b"
+    shutil.copytree(sts_dir, other)
+    common = ["--model", model_dir, "--recipes", "va,prompteol+ef2", "--time-sample", "0"]
+    tasks = [f"{sts_dir}:5", str(other)]
+    for name, args in (("joint", tasks), ("a", tasks[:1]), ("b", tasks[1:])):
+        result = _invoke("eval", *args, *common, "--out", str(tmp_path / name))
+        assert result.exit_code == 0, result.output
+    script = Path(__file__).resolve().parents[2] / "bench" / "merge_reports.py"
+    spec = importlib.util.spec_from_file_location("merge_reports", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    joined = module.merge([tmp_path / "a.json", tmp_path / "b.json"])
+    joint = json.loads((tmp_path / "joint.json").read_text())
+    assert len(joined["command"].splitlines()) == 2  # one command per piece
+    assert joined["results"].keys() == joint["results"].keys()
+    for label, rows in joint["results"].items():
+        got = [(r.task, r.main_score, r.n_examples) for r in joined["results"][label]]
+        assert got == [(r["task"], r["main_score"], r["n_examples"]) for r in rows]
+    with pytest.raises(SystemExit, match="already in an earlier report"):
+        module.merge([tmp_path / "a.json", tmp_path / "a.json"])
+
+
 def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):
     out = tmp_path / "sweep.md"  # a report extension on the stem is not doubled
     result = _invoke(

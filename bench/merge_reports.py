@@ -1,0 +1,72 @@
+"""Join `valuelens eval` reports of one model that scored different tasks into one report.
+
+Usage: ``python bench/merge_reports.py A.json B.json --out docs/results/MODEL-other``
+
+A long report can run in pieces (e.g. SciFact apart from the other tasks); each task's seeded sample
+does not depend on which other tasks ran, so the joined report has the scores one run would give.
+The joined .md prints every piece's command and the join; the .json keeps them in ``command`` (one per
+line) and ``joined_by``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from valuelens.evaluation import results_from_json, results_to_json, results_to_markdown
+
+
+def merge(paths: list[Path]) -> dict:
+    """The joined report payload; the pieces must share model, split and recipes, and not repeat a task."""
+    reports = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    first = reports[0]
+    results: dict[str, list] = {label: [] for label in first["results"]}
+    seen: set[str] = set()
+    for path, report in zip(paths, reports, strict=True):
+        for key in ("model", "split"):
+            if report[key] != first[key]:
+                msg = f"{path}: {key} {report[key]!r} differs from {paths[0]}'s {first[key]!r}"
+                raise SystemExit(msg)
+        if list(report["results"]) != list(results):
+            msg = f"{path}: its recipes differ from {paths[0]}'s; run the pieces with the same --recipes"
+            raise SystemExit(msg)
+        if report.get("ms_per_text"):
+            msg = (
+                f"{path}: has timings, which do not join (each piece timed its own task); use --time-sample 0"
+            )
+            raise SystemExit(msg)
+        tasks = {r["task"] for rs in report["results"].values() for r in rs}
+        if tasks & seen:
+            msg = f"{path}: tasks {sorted(tasks & seen)} are already in an earlier report"
+            raise SystemExit(msg)
+        seen |= tasks
+        for label, rows in results_from_json(json.dumps(report["results"])).items():
+            results[label].extend(rows)
+    return {
+        "command": "\n".join(r["command"] for r in reports),
+        "model": first["model"],
+        "split": first["split"],
+        "results": results,
+        "ms_per_text": {},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="report .json files, in column order")
+    parser.add_argument("--out", type=Path, required=True, help="output stem: OUT.json and OUT.md")
+    args = parser.parse_args()
+    joined = merge(args.reports)
+    table = results_to_markdown(joined["results"], show_time=False)
+    joined["joined_by"] = "python bench/merge_reports.py " + " ".join(sys.argv[1:])
+    md = f"```\n{joined['command']}\n{joined['joined_by']}\n```\n\nModel: {joined['model']}; split: {joined['split']}\n\n{table}\n"
+    Path(f"{args.out}.md").write_text(md, encoding="utf-8")  # not with_suffix: stems like qwen2.5-0.5b
+    payload = dict(joined, results=json.loads(results_to_json(joined["results"])))
+    Path(f"{args.out}.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}.md and .json ({len(joined['results'])} rows)")
+
+
+if __name__ == "__main__":
+    main()
