@@ -15,11 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-from valuelens.evaluation import results_from_json, results_to_json, results_to_markdown
+from valuelens.cli import report_path
+from valuelens.evaluation import results_from_json, results_to_markdown
 
 
 def merge(paths: list[Path]) -> dict:
-    """The joined report payload; the pieces must share model, split and recipes, and not repeat a task."""
+    """The joined report as JSON data; the pieces must share model, split and recipes and not repeat a task."""
     reports = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     first = reports[0]
     results: dict[str, list] = {label: [] for label in first["results"]}
@@ -42,7 +43,7 @@ def merge(paths: list[Path]) -> dict:
             msg = f"{path}: tasks {sorted(tasks & seen)} are already in an earlier report"
             raise SystemExit(msg)
         seen |= tasks
-        for label, rows in results_from_json(json.dumps(report["results"])).items():
+        for label, rows in report["results"].items():
             results[label].extend(rows)
     return {
         "command": "\n".join(r["command"] for r in reports),
@@ -59,12 +60,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="output stem: OUT.json and OUT.md")
     args = parser.parse_args()
     joined = merge(args.reports)
-    table = results_to_markdown(joined["results"], show_time=False)
+    table = results_to_markdown(results_from_json(json.dumps(joined["results"])), show_time=False)
     joined["joined_by"] = "python bench/merge_reports.py " + " ".join(sys.argv[1:])
     md = f"```\n{joined['command']}\n{joined['joined_by']}\n```\n\nModel: {joined['model']}; split: {joined['split']}\n\n{table}\n"
-    Path(f"{args.out}.md").write_text(md, encoding="utf-8")  # not with_suffix: stems like qwen2.5-0.5b
-    payload = dict(joined, results=json.loads(results_to_json(joined["results"])))
-    Path(f"{args.out}.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    report_path(args.out, ".md").write_text(md, encoding="utf-8")
+    report_path(args.out, ".json").write_text(json.dumps(joined, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}.md and .json ({len(joined['results'])} rows)")
 
 
