@@ -21,15 +21,19 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from valuelens import Encoder
+from valuelens.cli import report_path
 from valuelens.encoder import encode_many
 from valuelens.evaluation import load_task
 from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
+from valuelens.evaluation.runner import RETRIEVAL_TOP_K
 
 RECIPES = {"hs@all": {"recipe": "hs", "layers": "all"}, "hs": {"recipe": "hs"}, "va": {"recipe": "va"}}
 
 
 def _ndcg(q: np.ndarray, d: np.ndarray, qids: list[str], dids: list[str], qrels) -> float:
-    rankings = dict(zip(qids, rank_documents(cosine_similarity_matrix(q, d), dids, top_k=100), strict=True))
+    rankings = dict(
+        zip(qids, rank_documents(cosine_similarity_matrix(q, d), dids, top_k=RETRIEVAL_TOP_K), strict=True)
+    )
     return retrieval_scores(rankings, qrels)["ndcg_at_10"]
 
 
@@ -38,7 +42,12 @@ def diagnose(model: str, limit: int) -> list[str]:
     data = load_task("scifact").load("test", limit=limit)
     qids, dids = list(data.queries), list(data.corpus)
     texts = [data.queries[q] for q in qids] + [data.corpus[d] for d in dids]
-    encoders = [Encoder.from_pretrained(model, **kw) for kw in RECIPES.values()]
+    # one loaded model for all three (as `valuelens eval` does), so encode_many shares its forward passes
+    probe = Encoder.from_pretrained(model, recipe="hs", layers="all", truncate_layers=False)
+    encoders = [
+        Encoder(probe.model, probe.tokenizer, name_or_path=probe.name_or_path, **kw)
+        for kw in RECIPES.values()
+    ]
     tokens = np.array([len(encoders[0].tokenizer(data.corpus[d])["input_ids"]) for d in dids])
     rows = []
     for label, emb in zip(RECIPES, encode_many(encoders, texts, show_progress=True), strict=True):
@@ -78,7 +87,7 @@ def main() -> None:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.out is not None:
-        Path(f"{args.out}.md").write_text(report, encoding="utf-8")
+        report_path(args.out, ".md").write_text(report, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     joined = merge(args.reports)
     table = results_to_markdown(results_from_json(json.dumps(joined["results"])), show_time=False)
-    joined["joined_by"] = "python bench/merge_reports.py " + " ".join(sys.argv[1:])
+    joined["joined_by"] = "python bench/merge_reports.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     md = f"```\n{joined['command']}\n{joined['joined_by']}\n```\n\nModel: {joined['model']}; split: {joined['split']}\n\n{table}\n"
     report_path(args.out, ".md").write_text(md, encoding="utf-8")
     report_path(args.out, ".json").write_text(json.dumps(joined, indent=2) + "\n", encoding="utf-8")
