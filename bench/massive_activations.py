@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from valuelens import Encoder
-from valuelens.cli import report_path
-from valuelens.encoder import encode_many
+from valuelens import Encoder, encode_many
 from valuelens.evaluation import load_task
 from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
 from valuelens.evaluation.runner import RETRIEVAL_TOP_K
+from valuelens.io import report_path
 
 RECIPES = {"hs@all": {"recipe": "hs", "layers": "all"}, "hs": {"recipe": "hs"}, "va": {"recipe": "va"}}
 

@@ -16,8 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from valuelens.cli import report_path
 from valuelens.evaluation import results_from_json, results_to_markdown
+from valuelens.io import report_path
 
 
 def merge(paths: list[Path]) -> dict:

@@ -21,7 +21,7 @@ def test_gram_eigh_matches_direct_svd():
     torch.manual_seed(0)
     # a spectrum with distinct singular values, as real unembedding matrices have
     w = torch.randn(3000, 48) @ torch.diag(torch.linspace(3.0, 0.1, 48))
-    vh_gram, s_gram = right_singular_vectors(w, "gram", chunk=512)
+    vh_gram, s_gram = right_singular_vectors(w, chunk=512)
     _, s_svd, vh_svd = torch.linalg.svd(w, full_matrices=False)
     torch.testing.assert_close(s_gram, s_svd, atol=1e-3, rtol=1e-4)
     start, stop = band(48, 2)
@@ -121,7 +121,7 @@ def test_ablation_filters_keep_their_kind_through_save_load(tmp_path, tiny_token
         build_tiny_model("llama", len(tiny_tokenizer)), tiny_tokenizer, recipe="hs", embed_filter=again
     )
     with pytest.raises(ConfigError, match="ablation baseline"):
-        encoder.settings()
+        encoder.adopt({})
 
 
 def test_spectrum_of_an_inference_tensor(tiny_tokenizer):

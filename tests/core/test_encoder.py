@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -259,7 +261,7 @@ def test_repr_and_public_api(enc):
 
 
 def test_encode_many_shares_forward_passes(tiny_llama, tiny_tokenizer):
-    from valuelens.encoder import encode_many
+    from valuelens.shared import encode_many
 
     recipes = [
         ("va", None),
@@ -283,26 +285,57 @@ def test_encode_many_shares_forward_passes(tiny_llama, tiny_tokenizer):
     assert encode_many(encoders[:2], [])[0].shape == (0, encoders[0].dimension)
 
 
-def test_settings_rebuild_and_conflicts(tmp_path, tiny_tokenizer):
+def test_config_rebuilds_the_encoder_and_adopt_names_conflicts(tmp_path, tiny_tokenizer):
     model = build_tiny_model("llama", len(tiny_tokenizer))
     model.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
     enc = Encoder(
         model, tiny_tokenizer, recipe="aligned-wva", layers="half", prompt="PromptEOL", embed_filter=2
     )
-    settings = enc.settings()
-    assert (
-        settings["layers"] == [2, 3] and settings["prompt"] == "prompteol" and settings["embed_filter"] == 2.0
-    )
-    rebuilt = Encoder.from_pretrained(tmp_path, dtype="float32", truncate_layers=False, **settings)
+    data = enc.config.to_dict()
+    assert data["layers"] == [2, 3] and data["prompt"] == "prompteol" and data["embed_filter"] == 2.0
+    assert json.loads(json.dumps(data)) == data  # JSON-safe
+    config = valuelens.EncoderConfig.from_dict(data)
+    assert config == enc.config and config.diff(enc.config) == []
+    rebuilt = Encoder.from_pretrained(tmp_path, config, dtype="float32", truncate_layers=False)
     np.testing.assert_allclose(rebuilt.encode(CORPUS), enc.encode(CORPUS), atol=1e-5)
-    assert enc.conflicts(recipe="aligned_wva", layers="auto", prompt="prompteol", max_length=None) == []
-    assert enc.conflicts(layers="2-3", embed_filter=2) == []
-    found = enc.conflicts(recipe="va", prompt=None, layers=[0], embed_filter=None)
-    assert [f.split("=")[0] for f in found] == ["recipe", "prompt", "layers", "embed_filter"]
-    assert "(the encoder has 'aligned-wva')" in found[0]
-    with pytest.raises(ConfigError, match="unknown setting 'colour'"):
-        enc.conflicts(colour="red")
+    keyword = Encoder.from_pretrained(tmp_path, dtype="float32", **data)
+    np.testing.assert_allclose(keyword.encode(CORPUS), enc.encode(CORPUS), atol=1e-5)
+    assert (
+        enc.adopt({"recipe": "aligned_wva", "layers": "auto", "prompt": "prompteol", "max_length": None})
+        is enc.config
+    )
+    assert enc.adopt({"layers": "2-3", "embed_filter": 2}, device="cpu", dtype="fp32") is enc.config
+    with pytest.raises(ConfigError) as info:
+        enc.adopt({"recipe": "hs", "prompt": None, "layers": [0], "embed_filter": 4}, dtype="bf16")
+    message = str(info.value)
+    for part in (
+        "recipe='hs' (the encoder has 'aligned-wva')",
+        "prompt=None",
+        "layers=[0]",
+        "embed_filter=4",
+        "dtype='bf16'",
+    ):
+        assert part in message
+    with pytest.raises(ConfigError, match="unknown setting"):
+        enc.adopt({"colour": "red"})
+    with pytest.raises(ConfigError, match="either config= or"):
+        Encoder(model, tiny_tokenizer, config, recipe="va")
+
+
+def test_config_validation_serialisation_and_diff():
+    config = valuelens.EncoderConfig(recipe="WVA_LT", layers=[3, 1], max_length=64)
+    assert config.recipe == "wva-lt" and config.layers == (3, 1)
+    assert valuelens.EncoderConfig.from_dict(config.to_dict()) == config
+    assert valuelens.EncoderConfig(max_length=512).diff(valuelens.EncoderConfig()) == []  # None means 512
+    assert valuelens.EncoderConfig(recipe="hs").diff(valuelens.EncoderConfig()) == ["recipe: 'hs' != 'va'"]
+    with pytest.raises(ConfigError, match="unknown EncoderConfig field"):
+        valuelens.EncoderConfig.from_dict({"recipe": "va", "pooling": "mean"})
+    for bad in ({"combine": "max"}, {"final_norm": "yes"}, {"embed_filter_offset": 1.5}, {"max_length": 0}):
+        with pytest.raises(ConfigError):
+            valuelens.EncoderConfig(**bad)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.recipe = "va"  # type: ignore[misc]
 
 
 def test_auto_layers_table_per_recipe(monkeypatch, tiny_llama, tiny_tokenizer):

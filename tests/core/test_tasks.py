@@ -26,6 +26,7 @@ from valuelens.evaluation import (
     default_data_dir,
     evaluate,
     load_task,
+    parse_task_spec,
     results_from_json,
     results_to_json,
     results_to_markdown,
@@ -328,6 +329,17 @@ def test_errors(tmp_path: Path) -> None:
     write_jsonl(no_train / "test.jsonl", [{"text": "x", "label": "a"}])
     with pytest.raises(ValueError, match=r"no train\.jsonl"):
         load_task(no_train)
+
+
+def test_task_spec_names_a_subsample() -> None:
+    assert parse_task_spec("scifact:20") == ("scifact", 20)
+    assert parse_task_spec("scifact:20", 5) == ("scifact", 20)  # TASK:N wins over --limit
+    assert parse_task_spec("stsb", 500) == ("stsb", 500)
+    assert parse_task_spec("/data/a:b:7") == ("/data/a:b", 7)
+    assert parse_task_spec("C:\\data\\sts") == ("C:\\data\\sts", None)  # a colon in a path stays
+    assert parse_task_spec(":7") == (":7", None)
+    with pytest.raises(ValueError, match="at least 1"):
+        parse_task_spec("stsb:0")
 
 
 def test_limit_is_seeded(tmp_path: Path) -> None:

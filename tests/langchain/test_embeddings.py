@@ -200,7 +200,9 @@ def test_async_concurrency_matches_sequential(
         ({"device": "gpu"}, valuelens.ConfigError, "unknown device 'gpu'"),
         ({"batch_size": 0}, ValidationError, "greater than 0"),
         ({"batch_size": True}, ValidationError, "batch_size"),
-        ({"max_length": 0}, ValidationError, "greater than 0"),
+        ({"max_length": 0}, valuelens.ConfigError, "max_length must be a positive int"),
+        ({"combine": "max"}, valuelens.ConfigError, "combine must be one of"),
+        ({"final_norm": True}, valuelens.ConfigError, "final_norm=True applies to hidden-state recipes"),
         ({"normalise": True}, ValidationError, "Extra inputs are not permitted"),
     ],
 )
@@ -222,7 +224,8 @@ def test_settings_checked_before_loading() -> None:
 def test_prebuilt_encoder_settings(encoder: valuelens.Encoder) -> None:
     emb = ValueLensEmbeddings(model=encoder)
     assert emb.encoder is encoder
-    assert (emb.recipe, emb.layers, emb.prompt, emb.max_length) == ("va", list(encoder.layers), None, 512)
+    assert (emb.recipe, emb.layers, emb.prompt, emb.max_length) == ("va", list(encoder.layers), None, None)
+    assert emb.encoder_config() == encoder.config
     # Settings that agree with the Encoder are accepted.
     ValueLensEmbeddings(
         model=encoder, recipe="VA", layers=list(encoder.layers), device="cpu", dtype="float32"

@@ -117,9 +117,10 @@ def test_instructions_go_inside_the_prompt_template(tiny_model_dir: Path) -> Non
         ({"layers": "deepest"}, valuelens.ConfigError, "deepest"),
         ({"embed_filter": 2}, valuelens.SpaceMismatchError, "residual"),
         ({"final_norm": True}, valuelens.ConfigError, "final_norm"),
-        ({"combine": "max"}, ValidationError, "combine"),
-        ({"max_length": 0}, ValidationError, "max_length"),
-        ({"dtype": "fp8"}, ValidationError, "dtype"),
+        ({"combine": "max"}, valuelens.ConfigError, "combine must be one of"),
+        ({"max_length": 0}, valuelens.ConfigError, "max_length must be a positive int"),
+        ({"dtype": "fp8"}, valuelens.ConfigError, "unknown dtype 'fp8'"),
+        ({"device": "gpu"}, valuelens.ConfigError, "unknown device 'gpu'"),
         ({"embed_batch_size": 0}, ValidationError, "embed_batch_size"),
         ({"recipie": "va"}, ValidationError, "Extra inputs are not permitted"),
     ],
@@ -188,13 +189,13 @@ def test_resolved_settings_are_recorded_for_an_exact_round_trip(tiny_model_dir: 
     [
         (
             {"recipe": "va"},
-            "recipe='va' conflicts with the encoder passed as encoder= \\(its recipe is 'aligned-wva'\\)",
+            "recipe='va' \\(the encoder has 'aligned-wva'\\)",
         ),
-        ({"prompt": None}, "prompt=None conflicts"),
-        ({"layers": [0]}, "leave layers unset when passing encoder="),
-        ({"max_length": 64}, "max_length=64 conflicts"),
-        ({"device": "cuda"}, "device='cuda' conflicts"),
-        ({"dtype": "bfloat16"}, "dtype='bfloat16' conflicts"),
+        ({"prompt": None}, "prompt=None \\(the encoder has 'futureeol'\\)"),
+        ({"layers": [0]}, "layers=\\[0\\].*leave them unset to use the Encoder's"),
+        ({"max_length": 64}, "max_length=64"),
+        ({"device": "cuda"}, "device='cuda' \\(the model is on 'cpu'\\)"),
+        ({"dtype": "bfloat16"}, "dtype='bfloat16' \\(the model is float32\\)"),
     ],
 )
 def test_encoder_sharing_rejects_conflicting_settings(

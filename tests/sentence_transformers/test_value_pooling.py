@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +15,7 @@ from sentence_transformers.base.modules import Normalize, Transformer
 from sentence_transformers import SentenceTransformer
 from valuelens import Encoder
 from valuelens.errors import ConfigError, UnsupportedModelError
-from valuelens_sentence_transformers import ValuePooling
+from valuelens_sentence_transformers import ValuePooling, ValueTransformer
 
 CASES = [
     ("llama", {"recipe": "va", "layers": "all"}),
@@ -200,3 +204,48 @@ def test_unbound_module_explains_itself():
     assert module.get_embedding_dimension() is None
     with pytest.raises(RuntimeError, match="not bound"):
         module.encoder  # noqa: B018
+
+
+def test_a_plain_transformer_becomes_a_value_transformer_over_the_same_weights(tiny_model_dir):
+    host = Transformer(tiny_model_dir["llama"])
+    model = SentenceTransformer(modules=[host, ValuePooling(recipe="va")], device="cpu")
+    first = model[0]
+    assert isinstance(first, ValueTransformer) and first is not host
+    assert first.auto_model is host.auto_model and first.tokenizer is host.tokenizer
+    # nothing is patched on the instances: the methods are the classes' own
+    assert not {"forward", "preprocess"} & (set(vars(first)) | set(vars(host)))
+    features = model.preprocess(TEXTS[:2])
+    assert "valuelens_span" in features  # the data travels in the features dict
+
+
+def test_saved_model_loads_in_a_fresh_process(tiny_model_dir, tmp_path):
+    model = _st(tiny_model_dir["llama"], recipe="aligned-wva", layers=[1, 2], prompt="futureeol")
+    want = model.encode(TEXTS)
+    saved, out = tmp_path / "saved", tmp_path / "vectors.npy"
+    model.save(str(saved))
+    types = [m["type"] for m in json.loads((saved / "modules.json").read_text())]
+    assert types == [
+        "valuelens_sentence_transformers.ValueTransformer",
+        "valuelens_sentence_transformers.ValuePooling",
+    ]
+    script = (
+        "import sys, numpy as np\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        "m = SentenceTransformer(sys.argv[1], trust_remote_code=True, device='cpu')\n"
+        "np.save(sys.argv[2], m.encode(sys.argv[3:]))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(saved), str(out), *TEXTS], check=True, timeout=300)
+    np.testing.assert_allclose(np.load(out), want, atol=1e-5)
+
+
+def test_a_saved_config_with_unknown_keys_is_refused(tiny_model_dir, tmp_path):
+    model = _st(tiny_model_dir["llama"], recipe="va")
+    model.save(str(tmp_path / "saved"))
+    config_file = next((tmp_path / "saved").glob("*ValuePooling*/config.json"), None) or next(
+        p for p in (tmp_path / "saved").rglob("config.json") if "recipe" in p.read_text()
+    )
+    config = json.loads(config_file.read_text())
+    config["__import__"] = "os"
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="unknown keys '__import__'"):
+        SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
+from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
-from valuelens.encoder import Encoder, EncoderConfig, TruncationWarning, check_texts, encode_many
+from valuelens.encoder import Encoder, TruncationWarning
 from valuelens.errors import (
     ConfigError,
     ModelProvisioningError,
@@ -21,8 +22,10 @@ from valuelens.errors import (
     UnsupportedModelError,
     ValueLensError,
 )
+from valuelens.inputs import check_texts
 from valuelens.prompts import NAMED_PROMPTS, Prompt
 from valuelens.recipes import RECIPES, Recipe
+from valuelens.shared import SharedEncoding, encode_many
 
 try:
     __version__ = version("valuelens")
@@ -40,6 +43,7 @@ __all__ = [
     "ModelProvisioningError",
     "Prompt",
     "Recipe",
+    "SharedEncoding",
     "SpaceMismatchError",
     "StopForward",
     "TruncationWarning",

@@ -88,6 +88,21 @@ class ModelParts:
         """Query heads per key/value head (GQA)."""
         return self.n_heads // self.n_kv_heads
 
+    def current(self) -> bool:
+        """Whether these are still the model's modules (adapters such as LoRA replace projections in
+        place; then :func:`locate` must run again)."""
+        for layer, attention, out_proj, down in zip(
+            self.layers, self.attentions, self.out_projs, self.mlp_downs, strict=False
+        ):
+            if _first_child(layer, _ATTENTION_NAMES) is not attention:
+                return False
+            if _first_child(attention, _OUT_PROJ_NAMES) is not out_proj:
+                return False
+            mlp = _first_child(layer, _MLP_NAMES)
+            if down is not None and _first_child(mlp if mlp is not None else layer, _DOWN_NAMES) is not down:
+                return False
+        return len(self.layers) == len(self.attentions)
+
 
 def backbone_of(model: nn.Module) -> nn.Module:
     """The base model (no LM head) of a ``*ForCausalLM`` or the model itself."""

@@ -4,10 +4,7 @@ Usage::
 
     plan = CapturePlan(signal="value", pool="mean", layers=(10, 11, 12))
     with capturing(parts, [plan], attention_mask=mask, weights={"mean": w}) as session:
-        try:
-            parts.backbone(input_ids=ids, attention_mask=mask)
-        except StopForward:          # raised once every plan has its deepest layer: the rest never runs
-            pass
+        parts.backbone(input_ids=ids, attention_mask=mask)   # ends after layer 12 (early exit)
     per_layer = session.captures[0].layer_vectors()  # [B, F] fp32 per selected layer, in layer order
 
 Several plans (recipes) can share one forward: each gets its own vectors.
@@ -24,7 +21,10 @@ plans at once (e.g. every recipe of an evaluation that uses the same prompt). Th
 installs the instrumentation and the last one removes it (and restores the attention implementation), in
 ``finally`` blocks, also when the forward raises.
 
-Hooks reduce tokens to per-sentence fp32 vectors at once: no ``[B, N, d]`` tensor is kept per layer.
+Hooks reduce tokens to per-sentence fp32 vectors at once, with the recipe math of
+:mod:`valuelens.readout`: no ``[B, N, d]`` tensor is kept per layer. Once every plan has its deepest
+layer, a hook raises :class:`StopForward`; :func:`capturing` ends the forward there and swallows it
+(as baukit's ``TraceDict`` does), so the layers after it never run.
 
 Notes: a model loaded with flash or flex attention runs through sdpa while a capture is active (same
 results up to numerics; other callers of the model during that time do too). Families that bypass
@@ -40,16 +40,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from valuelens.architectures import ModelParts
 from valuelens.errors import UnsupportedModelError
-from valuelens.pooling import pool_heads, pool_tokens
-from valuelens.recipes import ATTENTION_SIGNALS, Signal, TokenPool
+from valuelens.readout import CapturePlan, reduce_attention, reduce_tokens
+from valuelens.recipes import ATTENTION_SIGNALS
 
 __all__ = [
     "Capture",
@@ -58,7 +56,7 @@ __all__ = [
     "CaptureSession",
     "StopForward",
     "capturing",
-    "last_token_attention",
+    "is_instrumented",
     "start_capture",
 ]
 
@@ -69,32 +67,9 @@ _ATTENTION_NAMES = {"sdpa": "valuelens_sdpa", "eager": "valuelens_eager"}
 
 
 class StopForward(Exception):
-    """Raised by a hook once the deepest selected layer is captured; the caller catches it."""
+    """Raised by a hook once the deepest selected layer is captured; :func:`capturing` catches it.
 
-
-@dataclass(frozen=True)
-class CapturePlan:
-    """What to capture: one signal, pooled one way, at some layers.
-
-    ``final_norm`` applies the model's final norm to each token's hidden state before pooling
-    (``hidden`` only).
-    """
-
-    signal: Signal
-    pool: TokenPool
-    layers: tuple[int, ...]
-    final_norm: bool = False
-
-    def __post_init__(self) -> None:
-        if self.pool == "last_attention" and self.signal != "value":
-            msg = f"pool='last_attention' needs signal='value', got {self.signal!r}"
-            raise ValueError(msg)
-        if self.final_norm and self.signal != "hidden":
-            msg = f"final_norm applies to signal='hidden' only, got {self.signal!r}"
-            raise ValueError(msg)
-        if not self.layers:
-            msg = "a capture plan needs at least one layer"
-            raise ValueError(msg)
+    A caller of :func:`start_capture` (no ``with`` block) catches it around its own forward."""
 
 
 class Capture:
@@ -134,9 +109,7 @@ class Capture:
         """
         if x.dim() == 2:
             x = x.view(*self._shape, -1)
-        if self.plan.pool == "last":
-            return pool_tokens(x, index=self.index)
-        return pool_tokens(x, weights=self.weights)
+        return reduce_tokens(self.plan.pool, x, weights=self.weights, index=self.index)
 
     def layer_vectors(self) -> list[Tensor]:
         """Per-layer sentence vectors ``[B, F]`` in the plan's layer order."""
@@ -162,12 +135,10 @@ class CaptureSession:
         instrumentation: _Instrumentation,
         captures: tuple[Capture, ...],
         *,
-        attention_mask: Tensor,
         stop_early: bool,
     ) -> None:
         self.instrumentation = instrumentation
         self.captures = captures
-        self.attention_mask = attention_mask
         self.stop_early = stop_early
 
     def check_stop(self) -> None:
@@ -176,66 +147,8 @@ class CaptureSession:
 
 
 # --------------------------------------------------------------------------------------------
-# Attention: the registered function and the last-token probabilities
+# Attention: the registered function
 # --------------------------------------------------------------------------------------------
-
-
-def last_token_attention(
-    query: Tensor,
-    key: Tensor,
-    attention_mask: Tensor | None,
-    index: Tensor,
-    *,
-    scaling: float | None = None,
-    softcap: float | None = None,
-) -> Tensor:
-    """Attention probabilities of each row's last real token, averaged over each GQA group.
-
-    ``query`` ``[B, H, N, D]``, ``key`` ``[B, Hkv, N, D]``, ``attention_mask`` as given to the attention
-    function (bool "may attend", additive float, or ``None`` for plain causal). Returns ``[B, Hkv, N]``
-    fp32; only the one query row per sentence is computed (no ``N x N`` matrix).
-    """
-    batch, n_heads, _, head_dim = query.shape
-    n_kv = key.shape[1]
-    group = n_heads // n_kv
-    rows = torch.arange(batch, device=query.device)
-    idx = index.to(query.device)
-    q = query[rows, :, idx].to(torch.float32).reshape(batch, n_kv, group, head_dim)
-    scale = head_dim**-0.5 if scaling is None else scaling
-    scores = torch.einsum("bkgd,bknd->bkgn", q, key.to(torch.float32)) * scale
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    n_keys = key.shape[2]
-    if attention_mask is None:
-        positions = torch.arange(n_keys, device=query.device)
-        allowed = (positions.unsqueeze(0) <= idx.unsqueeze(1)).view(batch, 1, 1, n_keys)
-        scores = torch.where(allowed, scores, float("-inf"))
-    else:
-        row = attention_mask[rows, :, idx.to(attention_mask.device)].to(query.device)  # [B, Hm, K]
-        row = row[..., -n_keys:]
-        row = row.view(batch, 1, 1, n_keys) if row.shape[1] == 1 else row.view(batch, n_kv, group, n_keys)
-        if row.dtype == torch.bool:
-            scores = torch.where(row, scores, float("-inf"))
-        else:
-            scores = scores + row.to(torch.float32)
-    probs = torch.softmax(scores, dim=-1)
-    return probs.mean(dim=2)
-
-
-def _reduce_attention_signal(
-    cap: Capture, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, kwargs: dict
-) -> Tensor:
-    signal, pool = cap.plan.signal, cap.plan.pool
-    if pool == "last_attention":
-        probs = last_token_attention(
-            query, key, mask, cap.index, scaling=kwargs.get("scaling"), softcap=kwargs.get("softcap")
-        )
-        return pool_heads(value, probs)
-    tensor = {"value": value, "query": query, "key": key}[signal]
-    if pool == "last":
-        rows = torch.arange(tensor.shape[0], device=tensor.device)
-        return tensor[rows, :, cap.index.to(tensor.device)].to(torch.float32).reshape(tensor.shape[0], -1)
-    return pool_heads(tensor, cap.weights)
 
 
 @functools.cache
@@ -264,13 +177,28 @@ def _capture_attention(
         layer = session.instrumentation.attention_layer(module)
         recorded = False
         for cap in session.captures:
-            if cap.plan.signal in ATTENTION_SIGNALS and cap.wants(layer, cap.plan.signal):
-                cap.record(layer, _reduce_attention_signal(cap, query, key, value, attention_mask, kwargs))
+            if (
+                layer is not None
+                and cap.plan.signal in ATTENTION_SIGNALS
+                and cap.wants(layer, cap.plan.signal)
+            ):
+                reduced = reduce_attention(
+                    cap.plan,
+                    query,
+                    key,
+                    value,
+                    attention_mask,
+                    weights=cap.weights,
+                    index=cap.index,
+                    attention_kwargs=kwargs,
+                )
+                cap.record(layer, reduced)
                 recorded = True
         if recorded:
             session.check_stop()
     if delegate == "eager":
-        return _eager_for(type(module))(module, query, key, value, attention_mask, **kwargs)
+        # torch's stubs give Module.__hash__ an instance signature, so mypy thinks classes unhashable
+        return _eager_for(type(module))(module, query, key, value, attention_mask, **kwargs)  # type: ignore[arg-type]
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -421,7 +349,7 @@ class _Instrumentation:
             raise
 
     def _switch_attention(self) -> None:
-        backbone = self.parts.backbone
+        backbone: Any = self.parts.backbone  # a transformers PreTrainedModel
         config = getattr(backbone, "config", None)
         can_set = getattr(backbone, "_can_set_attn_implementation", None)
         if config is None or can_set is None or not can_set():
@@ -439,7 +367,8 @@ class _Instrumentation:
     def uninstall(self) -> None:
         try:
             if self._previous_attention is not None:
-                self.parts.backbone.set_attn_implementation(self._previous_attention)
+                backbone: Any = self.parts.backbone  # a transformers PreTrainedModel
+                backbone.set_attn_implementation(self._previous_attention)
                 self._previous_attention = None
         finally:
             while self._handles:
@@ -537,7 +466,7 @@ def start_capture(
                 "on it; hidden-state and attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
             )
             raise UnsupportedModelError(msg)
-        session = CaptureSession(inst, captures, attention_mask=attention_mask, stop_early=stop_early)
+        session = CaptureSession(inst, captures, stop_early=stop_early)
         token = _ACTIVE.set(session)
     except BaseException:
         _release(inst)
@@ -555,11 +484,14 @@ def capturing(
     index: Tensor | None = None,
     stop_early: bool = True,
 ) -> Iterator[CaptureSession]:
-    """Context manager form of :func:`start_capture`; hooks are removed in ``finally``."""
+    """Context manager form of :func:`start_capture`: ends the early exit (:class:`StopForward`) raised
+    in its body, and removes the hooks in ``finally`` (also on ``KeyboardInterrupt``)."""
     handle = start_capture(
         parts, plans, attention_mask=attention_mask, weights=weights, index=index, stop_early=stop_early
     )
     try:
         yield handle.session
+    except StopForward:
+        pass
     finally:
         handle.close()

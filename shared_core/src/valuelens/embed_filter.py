@@ -19,6 +19,7 @@ import json
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -34,25 +35,21 @@ CONFIG_NAME = "embed_filter.json"
 WEIGHTS_NAME = "embed_filter.safetensors"
 
 # id(weight) -> (weakref to it, its in-place version counter, (Vh, S)); entries die with the tensor
-_SPECTRA: dict[int, tuple[weakref.ref, int, tuple[Tensor, Tensor]]] = {}
+_SPECTRA: dict[int, tuple[weakref.ref[Tensor], int, tuple[Tensor, Tensor]]] = {}
 _SPECTRA_LOCK = threading.Lock()
 
 
-def right_singular_vectors(
-    weight: Tensor, method: Literal["gram", "svd"] = "gram", chunk: int = 8192
-) -> tuple[Tensor, Tensor]:
+def right_singular_vectors(weight: Tensor, chunk: int = 8192) -> tuple[Tensor, Tensor]:
     """Right singular vectors (rows, large to small) and singular values of ``weight`` ``[V, d]``.
 
-    ``"gram"`` accumulates W_Uᵀ W_U in fp64 over row chunks and diagonalizes it; ``"svd"`` calls
-    ``torch.linalg.svd`` (as the official code does). Both return fp32 CPU tensors.
+    W_Uᵀ W_U is accumulated in fp64 over row chunks and diagonalized (``eigh``): the same vectors as
+    ``torch.linalg.svd`` (the official code's choice, up to sign) at about twice the speed. Returns
+    fp32 CPU tensors.
     """
     if weight.dim() != 2:
         msg = f"the unembedding matrix must be 2-D [vocab, hidden], got shape {tuple(weight.shape)}"
         raise ConfigError(msg)
     w = weight.detach()
-    if method == "svd":
-        _, s, vh = torch.linalg.svd(w.to(device="cpu", dtype=torch.float32), full_matrices=False)
-        return vh.contiguous(), s
     d = w.shape[1]
     gram = torch.zeros((d, d), dtype=torch.float64, device=w.device)
     for start in range(0, w.shape[0], chunk):
@@ -62,6 +59,15 @@ def right_singular_vectors(
     order = torch.argsort(eigenvalues, descending=True)
     singular = eigenvalues[order].clamp_min(0).sqrt()
     return eigenvectors[:, order].T.contiguous().to(torch.float32), singular.to(torch.float32)
+
+
+def _forget(key: int) -> Callable[[weakref.ref[Tensor]], None]:
+    """The weakref callback that drops ``key``'s cache entry when its tensor is freed."""
+
+    def callback(_: weakref.ref[Tensor]) -> None:
+        _SPECTRA.pop(key, None)
+
+    return callback
 
 
 def _spectrum(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -74,7 +80,7 @@ def _spectrum(weight: Tensor) -> tuple[Tensor, Tensor]:
         return entry[2]
     spectrum = right_singular_vectors(weight)
     with _SPECTRA_LOCK:
-        _SPECTRA[key] = (weakref.ref(weight, lambda _, key=key: _SPECTRA.pop(key, None)), version, spectrum)
+        _SPECTRA[key] = (weakref.ref(weight, _forget(key)), version, spectrum)
     return spectrum
 
 
@@ -99,15 +105,17 @@ def band(hidden_size: int, tau: float, offset: int = 0) -> tuple[int, int]:
 
 def unembedding_weight(model: nn.Module) -> Tensor:
     """W_U of a causal LM (``[vocab, hidden]``), tied or not; base models fall back to tied embeddings."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
     if head is not None and getattr(head, "weight", None) is not None:
         return head.weight
     config = getattr(model, "config", None)
     tied = bool(
         getattr(config.get_text_config() if config is not None else None, "tie_word_embeddings", False)
     )
-    if tied and hasattr(model, "get_input_embeddings"):
-        return model.get_input_embeddings().weight
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    if tied and callable(get_embeddings):
+        return get_embeddings().weight
     msg = (
         f"{type(model).__name__} has no LM head and its embeddings are not tied to one: "
         "pass the model's path (EmbedFilter.from_model(path)) so that only the head is loaded"

@@ -23,4 +23,4 @@ class SpaceMismatchError(ConfigError):
 
 
 class ModelProvisioningError(ValueLensError, RuntimeError):
-    """A bundled model could not be installed or converted (the message names the fix)."""
+    """A bundled model could not be downloaded, checked or converted (the message names the fix)."""

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 
 from valuelens.errors import ConfigError
+from valuelens.recipes import Recipe
 
 LayerSpec = str | int | Sequence[int]
 
@@ -25,13 +26,13 @@ NAMED_SPECS = ("auto", "all", "half", "last", "band")
 AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
     ("llama", 32, 4096): {"*": tuple(range(20, 28))},  # Llama-2-7B: layers 20-27
     ("qwen3", 36, 4096): {"*": (26, 27, 29, 30, 31)},  # Qwen3-8B
-    # SmolLM2-135M (out/sweeps/smollm2-*.md): VA 21-23 71.5 on dev (all layers 66.6); HS peaks much earlier
+    # SmolLM2-135M (docs/sweeps/smollm2-*.md): VA 21-23 71.5 on dev (all layers 66.6); HS peaks much earlier
     ("llama", 30, 576): {
         "*": (21, 22, 23),
         "hs": (8, 9, 10),
         "aligned-wva": tuple(range(21, 28)),
     },
-    # gemma-3-270m (out/sweeps/gemma3-*.md): VA 0-15 68.4 on dev (all 67.9); AlignedWVA(FutureEOL) 12-15 66.4
+    # gemma-3-270m (docs/sweeps/gemma3-*.md): VA 0-15 68.4 on dev (all 67.9); AlignedWVA(FutureEOL) 12-15 66.4
     ("gemma3_text", 18, 640): {
         "*": tuple(range(10, 16)),
         "va": tuple(range(16)),
@@ -40,7 +41,7 @@ AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
         "aligned-wva": (12, 13, 14, 15),
         "wva": (13, 14, 15),
     },
-    # Qwen2.5-Coder-0.5B (out/sweeps/qwen-*.md): VA 19-22 72.6 on dev (all 67.7); AlignedWVA(FutureEOL) 18-20 78.6
+    # Qwen2.5-Coder-0.5B (docs/sweeps/qwen-*.md): VA 19-22 72.6 on dev (all 67.7); AlignedWVA(FutureEOL) 18-20 78.6
     ("qwen2", 24, 896): {
         "*": (18, 19, 20),
         "va": (19, 20, 21, 22),
@@ -65,7 +66,7 @@ def depth_band(n_layers: int, low: float = 0.5, high: float = 0.85) -> tuple[int
     return tuple(range(start, min(stop, n_layers)))
 
 
-def _check_index(index: int, n_layers: int, spec: object) -> int:
+def _check_index(index: object, n_layers: int, spec: object) -> int:
     if isinstance(index, bool) or not isinstance(index, int):
         msg = f"layer indices must be ints, got {index!r} in layers={spec!r}"
         raise ConfigError(msg)
@@ -165,3 +166,11 @@ def validate_spec(spec: LayerSpec) -> None:
     else:
         msg = f"layers must be a string, an int or a list of ints, got {spec!r}"
         raise ConfigError(msg)
+
+
+def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: int) -> tuple[int, ...]:
+    """What ``layers="auto"`` means for ``recipe`` on a model: the last layer for last-token/WMP
+    recipes, else a per-model, per-recipe default (:data:`AUTO_LAYERS`) or the 50–85 % band."""
+    if recipe.auto_layers == "last":
+        return (n_layers - 1,)
+    return auto_layers(model_type, n_layers, hidden_size, recipe.name) or depth_band(n_layers)

@@ -1,13 +1,16 @@
-"""Evaluate several recipes over one model with shared forward passes.
+"""Several encoders over one model, sharing forward passes.
 
 Usage::
 
+    va, hs = encode_many([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")], texts)  # one pass a batch
     shared = SharedEncoding([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")])
     evaluate(shared.view(0), "stsb"); evaluate(shared.view(1), "stsb")   # one forward pass per batch
 
-Each view behaves like an encoder (``encode(texts, *, batch_size, show_progress)``); the first view
-asked for a text computes it for every encoder at once (:func:`valuelens.encoder.encode_many`) and
-later views read the cache.
+Encoders over the same model, tokenizer, prompt and ``max_length`` tokenize once and run one forward
+per batch for all their recipes (:meth:`valuelens.Encoder.run` with several readouts); e.g. VA, HS
+and WVA(LT) of an evaluation cost one pass. A :class:`SharedEncoding` view behaves like an encoder
+(``encode(texts, *, batch_size, show_progress)``): the first view asked for a text computes it for
+every encoder at once and later views read the cache.
 """
 
 from __future__ import annotations
@@ -15,8 +18,70 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
 
-from valuelens.encoder import Encoder, check_texts, encode_many
+from valuelens.encoder import Encoder, warn_truncated
+from valuelens.inputs import check_batch_size, check_texts
+
+__all__ = ["SharedEncoding", "encode_many"]
+
+
+def _group_key(encoder: Encoder) -> tuple:
+    prompt = encoder.prompt
+    return (
+        id(encoder.parts.backbone),
+        id(encoder.tokenizer),
+        prompt.templates if prompt else None,
+        encoder.max_length,
+    )
+
+
+def encode_many(
+    encoders: Sequence[Encoder],
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    normalize: bool = False,
+    show_progress: bool = False,
+    convert_to_tensor: bool = False,
+) -> list[np.ndarray] | list[Tensor]:
+    """Embed ``texts`` with several encoders, sharing forward passes where they can.
+
+    Returns one ``[n, dimension]`` array (or tensor) per encoder, in order; each equals what the
+    encoder's own :meth:`~valuelens.Encoder.encode` gives.
+    """
+    items, _ = check_texts(texts)
+    check_batch_size(batch_size)
+    outputs: list[Tensor | None] = [None] * len(encoders)
+    groups: dict[tuple, list[int]] = {}
+    for i, encoder in enumerate(encoders):
+        groups.setdefault(_group_key(encoder), []).append(i)
+    total_passes = sum(encoders[members[0]].passes for members in groups.values())
+    n_truncated = 0
+    with (
+        tqdm(
+            total=len(items) * total_passes,
+            desc="valuelens",
+            unit="text",
+            disable=not show_progress or not items,
+        ) as progress,
+        torch.inference_mode(),
+    ):
+        for members in groups.values():
+            leader = encoders[members[0]]
+            readouts = [encoders[i].readout for i in members]
+            results, truncated = leader.run(items, readouts, batch_size=batch_size, progress=progress)
+            n_truncated = max(n_truncated, truncated)
+            for i, result in zip(members, results, strict=True):
+                outputs[i] = result
+    if encoders:
+        warn_truncated(n_truncated, len(items), encoders[0].max_length, stacklevel=2)
+    tensors = [out for out in outputs if out is not None]
+    if normalize:
+        tensors = [torch.nn.functional.normalize(out, dim=-1) for out in tensors]
+    return tensors if convert_to_tensor else [out.cpu().numpy() for out in tensors]
 
 
 class SharedEncoding:
@@ -32,8 +97,9 @@ class SharedEncoding:
         if not missing:
             return
         results = encode_many(self.encoders, missing, batch_size=batch_size, show_progress=show_progress)
+        arrays = [np.asarray(result) for result in results]
         for row, text in enumerate(missing):
-            self._cache[text] = [result[row] for result in results]
+            self._cache[text] = [array[row] for array in arrays]
 
     def view(self, index: int) -> _View:
         return _View(self, index)

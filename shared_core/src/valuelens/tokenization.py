@@ -106,7 +106,8 @@ def tokenize(
             keep_tokens = n_text_tokens - math.ceil(excess / copies)
             if keep_tokens <= 0:
                 keep_chars = 0
-            elif inside:  # cut on a token boundary: the kept text re-tokenizes to the same tokens
+            elif inside and offsets is not None:
+                # cut on a token boundary: the kept text re-tokenizes to the same tokens
                 keep_chars = offsets[inside[keep_tokens - 1]][1] - start
             else:  # no offsets: cut proportionally, then re-check
                 keep_chars = int(len(cut) * keep_tokens / n_text_tokens)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from valuelens.encoder import EncoderConfig
+from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
 
 PRESETS: dict[str, str] = {

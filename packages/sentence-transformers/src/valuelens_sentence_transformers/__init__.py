@@ -1,4 +1,4 @@
-"""valuelens for sentence-transformers: the ``ValuePooling`` module.
+"""valuelens for sentence-transformers: the ``ValuePooling`` module and its ``ValueTransformer`` input.
 
 Usage::
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from valuelens_sentence_transformers.pooling import ValuePooling
+from valuelens_sentence_transformers.transformer import ValueTransformer
 
 try:
     __version__ = version("valuelens-sentence-transformers")
 except PackageNotFoundError:  # pragma: no cover
     __version__ = "0.0.0"
 
-__all__ = ["ValuePooling", "__version__"]
+__all__ = ["ValuePooling", "ValueTransformer", "__version__"]

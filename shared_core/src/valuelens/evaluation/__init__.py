@@ -6,6 +6,10 @@ Usage::
     from valuelens.evaluation import evaluate, results_to_markdown
     results = [evaluate(model, name, limit=1000) for name in ("stsb", "banking77", "scifact")]
     print(results_to_markdown({"my-recipe": results}))
+
+``tasks``, ``metrics`` and ``runner`` take any model with ``encode``; what ``valuelens eval`` and ``sweep`` add
+for valuelens encoders lives in ``compare`` (recipe variants over one loaded model, shared passes),
+``report`` (the eval report), ``sweep`` (per-layer and band scores, plot) and ``reference``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from .tasks import (
     TaskKind,
     default_data_dir,
     load_task,
+    parse_task_spec,
 )
 
 __all__ = [
@@ -73,6 +78,7 @@ __all__ = [
     "ndcg_at_k",
     "pair_classification_scores",
     "paired_cosine",
+    "parse_task_spec",
     "rank_documents",
     "recall_at_k",
     "reciprocal_rank_at_k",

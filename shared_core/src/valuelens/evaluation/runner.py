@@ -299,12 +299,12 @@ def results_to_markdown(
         by_col = {_column(r): r for r in rs}
         cells = [name]
         for col in columns:
-            r = by_col.get(col)
-            if r is None:
+            cell = by_col.get(col)
+            if cell is None:
                 cells.append("–")
                 continue
-            text = "nan" if math.isnan(r.main_score) else f"{100 * r.main_score:.{digits}f}"
-            if r.subsampled:
+            text = "nan" if math.isnan(cell.main_score) else f"{100 * cell.main_score:.{digits}f}"
+            if cell.subsampled:
                 text += "†"
                 any_limited = True
             cells.append(text)

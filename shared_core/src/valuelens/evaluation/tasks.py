@@ -57,6 +57,7 @@ __all__ = [
     "TaskKind",
     "default_data_dir",
     "load_task",
+    "parse_task_spec",
 ]
 
 TaskKind = Literal["sts", "classification", "clustering", "retrieval", "reranking", "pair_classification"]
@@ -288,6 +289,21 @@ def load_task(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[
     return Task(
         folder.name, kind, folder, _splits_for(kind, splits), MAIN_METRICS[kind], f"{kind} data in {folder}"
     )
+
+
+def parse_task_spec(spec: str, limit: int | None = None) -> tuple[str, int | None]:
+    """The task and subsample size of a ``TASK[:N]`` argument (``limit`` without ``:N``).
+
+    Usage: ``parse_task_spec("scifact:20")`` is ``("scifact", 20)``; ``parse_task_spec("stsb", 500)`` is
+    ``("stsb", 500)``. A colon not followed by digits belongs to the name (``C:\\data\\sts``).
+    """
+    name, _, tail = spec.rpartition(":")
+    if not (name and tail.isdecimal()):
+        return spec, limit
+    if int(tail) < 1:
+        msg = f"task {spec!r}: the subsample size N of TASK:N must be at least 1"
+        raise ValueError(msg)
+    return name, int(tail)
 
 
 # --------------------------------------------------------------------------- detection

@@ -1,0 +1,138 @@
+"""``ValueTransformer``: sentence-transformers' ``Transformer`` with valuelens preprocessing and capture.
+
+Usage::
+
+    model = SentenceTransformer(modules=[ValueTransformer(path), ValuePooling(recipe="va")])
+    # the same model: ValuePooling puts a ValueTransformer (same weights, tokenizer, settings) in
+    # place of a plain Transformer in front of it
+    model = SentenceTransformer(modules=[Transformer(path), ValuePooling(recipe="va")])
+
+It is the input module of a valuelens model and talks to :class:`ValuePooling` only through the
+``features`` dict, as sentence-transformers' own modules do:
+
+- :meth:`preprocess` tokenizes through the valuelens core (prompt template, pooled span, truncation
+  that keeps the prompt) and adds the pooled spans under ``"valuelens_span"``;
+- :meth:`forward` runs the host ``Transformer.forward`` inside the core's capture (hooks reduce each
+  selected layer to per-text vectors; removed in ``finally``) and adds them under
+  ``"valuelens_layer_vectors"``; :class:`ValuePooling` combines them into ``sentence_embedding``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from sentence_transformers.base.modules import Transformer
+from sentence_transformers.base.modules.transformer import ProcessingKwargs
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
+
+from valuelens import Encoder
+from valuelens.capture import capturing
+from valuelens.config import DEFAULT_MAX_LENGTH
+from valuelens.readout import pooling_inputs
+
+__all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
+
+#: ``features`` key of the pooled token span ``[B, 2]`` (start, end) of each text.
+SPAN_KEY = "valuelens_span"
+#: ``features`` key of the captured per-layer vectors (a list of ``[B, F]`` tensors).
+LAYER_VECTORS_KEY = "valuelens_layer_vectors"
+
+
+class ValueTransformer(Transformer):
+    """A ``Transformer`` whose texts are tokenized and whose signals are captured by valuelens.
+
+    Its embedding settings belong to the :class:`ValuePooling` after it, which binds it to a
+    :class:`valuelens.Encoder` over this module's backbone and tokenizer (:meth:`bind`).
+    """
+
+    _encoder: Encoder | None = None
+    _max_length: int | None = None
+
+    @classmethod
+    def from_transformer(cls, transformer: Transformer) -> ValueTransformer:
+        """The same module (same backbone, tokenizer and settings, nothing copied) as a ValueTransformer."""
+        clone = cls.__new__(cls)
+        state = dict(transformer.__dict__)
+        for name in ("_parameters", "_buffers", "_modules"):  # own containers over the same children
+            state[name] = dict(state[name])
+        clone.__dict__.update(state)
+        return clone
+
+    def bind(self, encoder: Encoder, *, max_length: int | None = None) -> None:
+        """Tokenize and capture for ``encoder``; ``max_length=None`` follows ``max_seq_length``."""
+        self._encoder = encoder
+        self._max_length = max_length
+
+    @property
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            msg = (
+                "ValueTransformer is not bound to a ValuePooling yet: build the model as "
+                "SentenceTransformer(modules=[ValueTransformer(path), ValuePooling(...)])"
+            )
+            raise RuntimeError(msg)
+        return self._encoder
+
+    def preprocess(
+        self,
+        inputs: Sequence[Any],
+        prompt: str | None = None,
+        processing_kwargs: ProcessingKwargs | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Tokenize texts under the valuelens prompt template; a sentence-transformers ``prompt``
+        (e.g. from ``encode_query``) is prepended to each text first. A per-call
+        ``processing_kwargs={"text": {"max_length": N}}`` overrides the token limit."""
+        encoder = self.encoder
+        texts = list(inputs)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                msg = f"inputs[{i}] is {type(text).__name__}: ValuePooling embeds text (str) only"
+                raise TypeError(msg)
+        if not texts:
+            return {}
+        if prompt:
+            texts = [prompt + text for text in texts]
+        override = ((processing_kwargs or {}).get("text") or {}).get("max_length")
+        items, _ = encoder.tokenize(texts, max_length=override or self._token_limit())
+        batch = encoder.collate(items)
+        features = encoder.model_inputs(batch, batch.input_ids.device)
+        del features["use_cache"]
+        features[SPAN_KEY] = torch.stack([batch.span_start, batch.span_end], dim=1)
+        features["modality"] = "text"
+        return features
+
+    def _token_limit(self) -> int:
+        if self._max_length is not None:
+            return self._max_length
+        limit = self.max_seq_length
+        return limit if limit and limit < VERY_LARGE_INTEGER else DEFAULT_MAX_LENGTH
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """The host forward, inside a capture; adds the per-layer vectors to ``features``."""
+        encoder = self.encoder
+        features = dict(features)  # the caller's dict keeps its span: a second forward pools the same way
+        mask = features["attention_mask"]
+        span = features.pop(SPAN_KEY, None)
+        if span is None:  # features made elsewhere: pool over every real token
+            start = torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)
+            span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
+        span = span.to(mask.device)
+        readout = encoder.readout
+        weights, index = pooling_inputs(mask, span[:, 0], span[:, 1], {readout.plan.pool})
+        with capturing(
+            encoder.current_parts(),
+            [readout.plan],
+            attention_mask=mask,
+            weights=weights,
+            index=index,
+            stop_early=False,  # the layers after the deepest selected one were pruned: nothing is left to skip
+        ) as session:
+            output = super().forward(features, **kwargs)
+        output[LAYER_VECTORS_KEY] = session.captures[0].layer_vectors()
+        return output
+
+
+ValueTransformer.__module__ = "valuelens_sentence_transformers"
