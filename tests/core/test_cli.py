@@ -279,7 +279,7 @@ def test_read_texts_and_vectors_reject_other_files(tmp_path):
     with pytest.raises(ValueLensError, match=r"unsupported input '\.tsv'"):
         read_texts(tmp_path / "in.tsv")
     (tmp_path / "in.jsonl").write_text('{"text": 3}\n')
-    with pytest.raises(ValueLensError, match=r"row 0 of in\.jsonl: field 'text' is 3, not a string"):
+    with pytest.raises(ValueLensError, match=r"in\.jsonl line 1: field 'text' is 3, not a string"):
         read_texts(tmp_path / "in.jsonl")
 
 

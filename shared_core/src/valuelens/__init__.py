@@ -17,6 +17,7 @@ from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder, TruncationWarning
 from valuelens.errors import (
     ConfigError,
+    EncodeOutOfMemoryError,
     ModelProvisioningError,
     SpaceMismatchError,
     UnsupportedModelError,
@@ -38,6 +39,7 @@ __all__ = [
     "CapturePlan",
     "ConfigError",
     "EmbedFilter",
+    "EncodeOutOfMemoryError",
     "Encoder",
     "EncoderConfig",
     "ModelProvisioningError",

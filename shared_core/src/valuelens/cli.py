@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
 
+from valuelens.embedding_job import (
+    DEFAULT_CHUNK_SIZE,
+    EmbedJob,
+    JobInterrupted,
+    OnError,
+    job_spec,
+    read_input,
+)
 from valuelens.errors import ValueLensError
-from valuelens.io import read_texts, read_vectors, write_vectors
+from valuelens.io import read_vectors
 
 app = typer.Typer(
     help="Training-free sentence embeddings from decoder LLMs.", no_args_is_help=True, add_completion=False
@@ -91,23 +98,77 @@ def _embed(
     batch_size: int,
     field: str = "text",
     id_field: str | None = None,
+    on_error: OnError = "fail",
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    resume: bool = False,
 ) -> None:
+    from tqdm.auto import tqdm
+
     from valuelens import Encoder
 
-    texts, ids = read_texts(input_path, field=field, id_field=id_field)
+    records = read_input(input_path, field=field, id_field=id_field, on_error=on_error, note=_note)
+    job = EmbedJob(input_path, output, chunk_size=chunk_size, resume=resume, note=_note)
+    job.check_input(field=field, id_field=id_field)  # before the model loads
     encoder = Encoder.from_pretrained(
         settings["model"], device=device, dtype=dtype, **{k: v for k, v in settings.items() if k != "model"}
     )
-    start = time.perf_counter()
-    vectors = encoder.encode(
-        texts, batch_size=batch_size, normalize=settings.get("normalize", True), show_progress=True
-    )
-    elapsed = time.perf_counter() - start
     stored = {**settings, "dimension": encoder.dimension}
     stored.pop("normalize", None)
-    write_vectors(output, np.asarray(vectors), ids=ids, texts=texts, settings={**stored, "normalized": True})
+    normalize = settings.get("normalize", True)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(encoder.encode(texts, batch_size=batch_size, normalize=normalize))
+
+    with tqdm(total=len(records.texts), desc="valuelens", unit="text", disable=not records.texts) as bar:
+        result = job.run(
+            records,
+            encode=encode,
+            spec=job_spec(encoder),
+            settings={**stored, "normalized": True},
+            progress=bar.update,
+        )
+    n, elapsed = result.n_texts, result.seconds
+    typer.echo(f"{n} texts -> {output} ({encoder!r}; {elapsed:.1f} s, {n / max(elapsed, 1e-9):.0f} texts/s)")
+
+
+def _embed_ray(
+    input_path: Path,
+    output: Path,
+    *,
+    settings: dict[str, Any],
+    device: str | None,
+    dtype: str | None,
+    batch_size: int,
+    field: str,
+    id_field: str | None,
+    address: str | None,
+    workers: int,
+    gpus_per_worker: float,
+) -> None:
+    import time
+
+    from valuelens import EncoderConfig
+    from valuelens.distributed import embed_files
+
+    config = EncoderConfig.from_dict({k: v for k, v in settings.items() if k != "model"})
+    start = time.perf_counter()
+    n = embed_files(
+        input_path,
+        output,
+        column=field,
+        id_column=id_field,
+        model=settings["model"],
+        config=config,
+        workers=workers,
+        address=address,
+        num_gpus=gpus_per_worker,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+    )
+    elapsed = time.perf_counter() - start
     typer.echo(
-        f"{len(texts)} texts -> {output} ({encoder!r}; {elapsed:.1f} s, {len(texts) / max(elapsed, 1e-9):.0f} texts/s)"
+        f"{n} texts -> {output}/ ({workers} Ray workers; {elapsed:.1f} s, {n / max(elapsed, 1e-9):.0f} texts/s)"
     )
 
 
@@ -128,8 +189,28 @@ def embed(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     max_length: MaxLenOpt = None,
+    chunk_size: Annotated[
+        int, typer.Option(min=1, help="Texts per saved chunk; an interrupted run resumes from the last one.")
+    ] = DEFAULT_CHUNK_SIZE,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue an interrupted run from its last finished chunk.")
+    ] = False,
+    on_error: Annotated[
+        OnError, typer.Option(help="Malformed input lines: fail (exit 2, nothing written) or skip them.")
+    ] = "fail",
+    use_ray: Annotated[
+        bool, typer.Option("--ray", help="Run on Ray Data; OUTPUT is a folder of parquet shards.")
+    ] = False,
+    address: Annotated[
+        str | None, typer.Option(help="With --ray: a cluster address (default: start a local Ray).")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="With --ray: model actors (one model each).")] = 1,
+    gpus_per_worker: Annotated[float, typer.Option(min=0, help="With --ray: GPUs per actor.")] = 0,
 ) -> None:
-    """Embed every text of INPUT (L2-normalized) and write the vectors to OUTPUT."""
+    """Embed every text of INPUT (L2-normalized) and write the vectors to OUTPUT.
+
+    OUTPUT appears only when complete (written under a temporary name and renamed); finished chunks
+    wait in a hidden folder beside it (.OUTPUT.partial) until then, for --resume."""
     settings = {
         "model": model,
         "recipe": recipe,
@@ -138,6 +219,24 @@ def embed(
         "embed_filter": embed_filter,
         "max_length": max_length,
     }
+    if use_ray:
+        try:
+            _embed_ray(
+                input_path,
+                output,
+                settings=settings,
+                device=device,
+                dtype=dtype,
+                batch_size=batch_size,
+                field=field,
+                id_field=id_field,
+                address=address,
+                workers=workers,
+                gpus_per_worker=gpus_per_worker,
+            )
+        except (ValueLensError, ValueError, TypeError, ImportError) as exc:
+            raise _fail(exc) from exc
+        return
     try:
         _embed(
             input_path,
@@ -148,7 +247,13 @@ def embed(
             batch_size=batch_size,
             field=field,
             id_field=id_field,
+            on_error=on_error,
+            chunk_size=chunk_size,
+            resume=resume,
         )
+    except JobInterrupted as exc:
+        typer.secho(f"interrupted: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=128 + exc.signum) from exc
     except (ValueLensError, ValueError, TypeError) as exc:
         raise _fail(exc) from exc
 

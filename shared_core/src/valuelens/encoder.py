@@ -29,7 +29,7 @@ from valuelens.architectures import ModelParts, locate
 from valuelens.capture import capturing
 from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
-from valuelens.errors import ConfigError
+from valuelens.errors import ConfigError, EncodeOutOfMemoryError
 from valuelens.inputs import check_batch_size, check_texts
 from valuelens.layers import default_layers, resolve_layers
 from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
@@ -300,8 +300,9 @@ class Encoder:
         """Embed checked ``items`` for ``readouts`` sharing this encoder's model, tokenizer and prompt.
 
         Texts are sorted by length (less padding) and the order restored; a prompt with several
-        templates (MetaEOL) runs one pass each and averages them. Returns one ``[n, dim]`` tensor per
-        readout and how many texts were truncated.
+        templates (MetaEOL) runs one pass each and averages them. A batch that runs out of memory is
+        split in halves and retried, down to one text (:meth:`_embed_chunk`). Returns one ``[n, dim]``
+        tensor per readout and how many texts were truncated.
         """
         device = self.device
         if not items:
@@ -317,7 +318,7 @@ class Encoder:
             ]
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                embedded = self.forward(self.collate([tokenized[i] for i in chunk]), readouts)
+                embedded = self._embed_chunk(tokenized, chunk, readouts)
                 rows = torch.tensor(chunk, device=device)
                 for out, emb in zip(outs, embedded, strict=True):
                     out[rows] = emb.to(device)
@@ -326,6 +327,30 @@ class Encoder:
             for collected, out in zip(passes, outs, strict=True):
                 collected.append(out)
         return [average_passes(collected) for collected in passes], n_truncated
+
+    def _embed_chunk(
+        self, tokenized: Sequence[TokenizedText], chunk: list[int], readouts: Sequence[Readout]
+    ) -> list[Tensor]:
+        """Embed the texts ``chunk`` (indices into ``tokenized``) in one batch; when that runs out of
+        memory, embed each half on its own (recursively), down to one text, which then raises
+        :class:`EncodeOutOfMemoryError` naming its index and length."""
+        try:
+            return self.forward(self.collate([tokenized[i] for i in chunk]), readouts)
+        except torch.OutOfMemoryError as exc:
+            if len(chunk) == 1:
+                msg = (
+                    f"out of memory embedding texts[{chunk[0]}] on its own ({len(tokenized[chunk[0]].ids)} "
+                    f"tokens, prompt included) on {self.device}: lower max_length (now {self.max_length}), "
+                    "or load the model in a smaller dtype or on a device with more free memory"
+                )
+                raise EncodeOutOfMemoryError(msg) from exc
+        # retried outside the except block, so the failed attempt's tensors (held by the traceback) are freed
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        half = len(chunk) // 2
+        first = self._embed_chunk(tokenized, chunk[:half], readouts)
+        second = self._embed_chunk(tokenized, chunk[half:], readouts)
+        return [torch.cat(pair) for pair in zip(first, second, strict=True)]
 
     def encode(
         self,

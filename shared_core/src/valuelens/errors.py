@@ -5,6 +5,8 @@ Usage: ``except valuelens.errors.ValueLensError`` catches every error valuelens 
 
 from __future__ import annotations
 
+import torch
+
 
 class ValueLensError(Exception):
     """Base class of every error valuelens raises on purpose."""
@@ -24,3 +26,10 @@ class SpaceMismatchError(ConfigError):
 
 class ModelProvisioningError(ValueLensError, RuntimeError):
     """A bundled model could not be downloaded, checked or converted (the message names the fix)."""
+
+
+class EncodeOutOfMemoryError(ValueLensError, torch.OutOfMemoryError):
+    """One text alone does not fit in memory, after ``Encoder.run`` split its batch in halves down to it.
+
+    The message names the text's index in the caller's list and its length in tokens; it is still a
+    ``torch.OutOfMemoryError``, so existing ``except torch.OutOfMemoryError`` blocks catch it."""

@@ -15,16 +15,20 @@ _SHORT = reprlib.Repr()  # short reprs of bad items in error messages
 _SHORT.maxstring = _SHORT.maxother = 60
 
 
-def check_texts(texts: Any, *, allow_single: bool = True) -> tuple[list[str], bool]:
+def check_texts(texts: Any, *, allow_single: bool = True, name: str = "text") -> tuple[list[str], bool]:
     """Validate input texts; return them as a list and whether a single string was given.
 
     Usage: ``items, single = check_texts(["a", "b"])``. ``None``, bytes, non-iterables and non-string
     items raise ``TypeError`` (naming the index); with ``allow_single=False`` a bare string does too.
+    A text holding a surrogate code point (``"\\ud800"``: not valid Unicode, no tokenizer can encode
+    it) raises ``ValueError`` naming the index (or ``name`` for a bare string) and the position. Every
+    other string is accepted as is: empty, whitespace, control characters and NUL, any script.
     """
     if isinstance(texts, str):
         if not allow_single:
             msg = "texts must be a list of strings, got a single str (wrap it in a list)"
             raise TypeError(msg)
+        _check_encodable(texts, name)
         return [texts], True
     if texts is None:
         msg = "texts must be a string or a list of strings, got None"
@@ -37,7 +41,30 @@ def check_texts(texts: Any, *, allow_single: bool = True) -> tuple[list[str], bo
         if not isinstance(text, str):
             msg = f"texts[{i}] is {_SHORT.repr(text)} ({type(text).__name__}); every item must be a str"
             raise TypeError(msg)
+        _check_encodable(text, f"texts[{i}]")
     return items, False
+
+
+def _check_encodable(text: str, name: str) -> None:
+    """``ValueError`` if ``text`` holds a surrogate code point (U+D800-U+DFFF), which UTF-8 cannot encode.
+
+    Such strings come from bytes decoded with ``errors="surrogateescape"`` or from JSON escapes like
+    ``"\\ud800"``; tokenizers reject them with an opaque ``TypeError``. Not replaced silently: the
+    caller decides (``text.encode("utf-8", "replace").decode()`` turns each into ``"?"``).
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        msg = (
+            f"{name} ({_SHORT.repr(text)}) holds the surrogate code point {text[exc.start]!r} at position "
+            f"{exc.start}, which is "
+            "not valid Unicode (it usually comes from bytes decoded with errors='surrogateescape' or a "
+            "JSON '\\ud800' escape); clean the text first, e.g. "
+            "text.encode('utf-8', 'replace').decode('utf-8') turns each one into '?'"
+        )
+        raise ValueError(msg) from exc
 
 
 def check_batch_size(batch_size: Any) -> None:

@@ -11,7 +11,13 @@ Usage::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +25,133 @@ import numpy as np
 
 from valuelens.errors import ValueLensError
 
-__all__ = ["read_texts", "read_vectors", "report_path", "write_vectors"]
+__all__ = [
+    "BadLine",
+    "InputFileError",
+    "Records",
+    "read_records",
+    "read_texts",
+    "read_vectors",
+    "replace_atomically",
+    "report_path",
+    "write_vectors",
+]
 
 _REPORT_SUFFIXES = frozenset({".md", ".json", ".png"})
+
+
+@dataclasses.dataclass(frozen=True)
+class BadLine:
+    """One input line (or row) that holds no usable text: where it is (1-based) and why."""
+
+    line: int
+    reason: str
+    unit: str = "line"  # "row" for .parquet inputs
+
+    def __str__(self) -> str:
+        return f"{self.unit} {self.line}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """What :func:`read_records` found: the good texts with their ids, and the bad lines."""
+
+    texts: list[str]
+    ids: list[Any]
+    bad: list[BadLine] = dataclasses.field(default_factory=list)
+
+
+class InputFileError(ValueLensError, ValueError):
+    """An input file with malformed lines (bad JSON, a missing field, undecodable bytes)."""
+
+    def __init__(self, path: Path, bad: list[BadLine]) -> None:
+        self.path = path
+        self.bad = bad
+        more = f" ({len(bad) - 1} more malformed after it)" if len(bad) > 1 else ""
+        msg = (
+            f"{path.name} {bad[0]}{more}; fix the input, or pass --on-error skip to leave the bad "
+            "lines out (the other rows keep their ids)"
+        )
+        super().__init__(msg)
+
+
+def read_records(path: Path, *, field: str = "text", id_field: str | None = None) -> Records:
+    """Texts and ids of .txt (one per non-blank line), .jsonl, .csv or .parquet (``field`` column),
+    and every malformed line: undecodable bytes, bad JSON, a missing or non-string field.
+
+    Ids are 0-based line numbers of .txt files and row numbers of the others (blank .jsonl lines are
+    no rows) unless ``id_field`` names a column; a bad line keeps its number, so the ids of the other
+    rows do not shift when it is left out. Line numbers in :class:`BadLine` are 1-based, as editors
+    show them. A ``field`` that no row has is an error of the whole file, not of each line.
+
+    Usage: ``records = read_records(Path("in.jsonl"), field="body"); records.bad`` lists what is wrong.
+    """
+    suffix = path.suffix.lower()
+    if not path.exists():
+        msg = f"input file {str(path)!r} does not exist"
+        raise ValueLensError(msg)
+    if suffix == ".txt":
+        return _read_txt(path)
+    rows: list[tuple[int, dict[str, Any]]] = []  # (1-based line or row number, row)
+    bad: list[BadLine] = []
+    if suffix == ".jsonl":
+        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+            text, error = _decode(raw)
+            if error is not None:
+                bad.append(BadLine(number, error))
+                rows.append((number, {}))
+                continue
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                bad.append(BadLine(number, f"not valid JSON ({exc.msg}, column {exc.colno})"))
+                row = {}
+            else:
+                if not isinstance(row, dict):
+                    bad.append(BadLine(number, f"a JSON {type(row).__name__}, not an object"))
+                    row = {}
+            rows.append((number, row))
+    elif suffix == ".csv":
+        with path.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            reader = csv.DictReader(handle)
+            for row in reader:
+                rows.append((reader.line_num, row))
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = list(enumerate(pq.read_table(path).to_pylist(), start=1))
+    else:
+        msg = f"unsupported input {path.suffix!r}: use .txt (one text per line), .jsonl, .csv or .parquet"
+        raise ValueLensError(msg)
+    broken = {b.line for b in bad}
+    good_rows = [row for number, row in rows if number not in broken]
+    if good_rows and not any(field in row for row in good_rows):
+        msg = (
+            f"{path.name} has no field {field!r}; its fields are {sorted(good_rows[0])} "
+            "(choose one with --field)"
+        )
+        raise ValueLensError(msg)
+    texts: list[str] = []
+    ids: list[Any] = []
+    for index, (number, row) in enumerate(rows):
+        if number in broken:
+            continue
+        value = row.get(field)
+        unit = "row" if suffix == ".parquet" else "line"
+        if field not in row:
+            bad.append(BadLine(number, f"no field {field!r}", unit))
+        elif not isinstance(value, str):
+            bad.append(BadLine(number, f"field {field!r} is {value!r}, not a string", unit))
+        elif suffix == ".csv" and _UNDECODED.search(value):
+            bad.append(BadLine(number, "not valid UTF-8"))
+        else:
+            texts.append(value)
+            ids.append(row.get(id_field, index) if id_field else index)
+            continue
+    bad.sort(key=lambda b: b.line)
+    return Records(texts, ids, bad)
 
 
 def read_texts(
@@ -30,43 +160,42 @@ def read_texts(
     """Texts (and ids) from .txt (one per non-blank line), .jsonl, .csv or .parquet (``field`` column).
 
     Usage: ``texts, ids = read_texts(Path("in.csv"), field="body")``; ids are row (or line) numbers
-    unless ``id_field`` names a column.
+    unless ``id_field`` names a column. A malformed line raises :class:`InputFileError` naming it
+    (:func:`read_records` collects them instead).
     """
-    suffix = path.suffix.lower()
-    if not path.exists():
-        msg = f"input file {str(path)!r} does not exist"
-        raise ValueLensError(msg)
-    rows: list[dict[str, Any]]
-    if suffix == ".txt":
-        lines = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines()]
-        kept = [(i, line) for i, line in enumerate(lines) if line.strip()]
-        return [line for _, line in kept], [i for i, _ in kept]
-    if suffix == ".jsonl":
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as handle:
-            rows = list(csv.DictReader(handle))
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
+    records = read_records(path, field=field, id_field=id_field)
+    if records.bad:
+        raise InputFileError(path, records.bad)
+    return records.texts, records.ids
 
-        rows = pq.read_table(path).to_pylist()
-    else:
-        msg = f"unsupported input {path.suffix!r}: use .txt (one text per line), .jsonl, .csv or .parquet"
-        raise ValueLensError(msg)
-    if rows and field not in rows[0]:
-        msg = (
-            f"{path.name} has no field {field!r}; its fields are {sorted(rows[0])} (choose one with --field)"
-        )
-        raise ValueLensError(msg)
-    texts = []
-    for i, row in enumerate(rows):
-        value = row.get(field)
-        if not isinstance(value, str):
-            msg = f"row {i} of {path.name}: field {field!r} is {value!r}, not a string"
-            raise ValueLensError(msg)
-        texts.append(value)
-    ids = [row.get(id_field, i) if id_field else i for i, row in enumerate(rows)]
-    return texts, ids
+
+_UNDECODED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by "surrogateescape"
+
+
+def _decode(raw: bytes) -> tuple[str, str | None]:
+    """One line's bytes as text (a trailing carriage return dropped), or why they are not UTF-8."""
+    try:
+        return raw.decode("utf-8").removesuffix("\r"), None
+    except UnicodeDecodeError as exc:
+        return "", f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+
+
+def _read_txt(path: Path) -> Records:
+    texts: list[str] = []
+    ids: list[Any] = []
+    bad: list[BadLine] = []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line starts no line
+    for index, raw in enumerate(lines):
+        text, error = _decode(raw)
+        if error is not None:
+            bad.append(BadLine(index + 1, error))
+        elif text.strip():
+            texts.append(text)
+            ids.append(index)
+    return Records(texts, ids, bad)
 
 
 def write_vectors(
@@ -75,15 +204,19 @@ def write_vectors(
     """Write ``vectors`` as .npy (the matrix, with ids and settings in a .json beside it) or .parquet
     (columns id, text, vector; the settings in the file's metadata).
 
+    Each file is written under a temporary name in the same folder and renamed over ``path`` when
+    complete (:func:`replace_atomically`): a run killed midway never leaves a half-written file there.
+
     Usage: ``write_vectors(Path("v.parquet"), vectors, ids=[0, 1], texts=texts, settings={"recipe": "va"})``
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        np.save(path, vectors.astype(np.float32))
-        path.with_suffix(".json").write_text(
-            json.dumps({"valuelens": settings, "ids": ids}, indent=2) + "\n", encoding="utf-8"
-        )
+        sidecar = json.dumps({"valuelens": settings, "ids": ids}, indent=2) + "\n"
+        with replace_atomically(path.with_suffix(".json")) as tmp:
+            tmp.write_text(sidecar, encoding="utf-8")
+        with replace_atomically(path) as tmp, tmp.open("wb") as handle:
+            np.save(handle, vectors.astype(np.float32), allow_pickle=False)
     elif suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -98,10 +231,29 @@ def write_vectors(
             }
         )
         table = table.replace_schema_metadata({"valuelens": json.dumps(settings)})
-        pq.write_table(table, path)
+        with replace_atomically(path) as tmp:
+            pq.write_table(table, tmp)
     else:
         msg = f"unsupported output {path.suffix!r}: use .npy or .parquet"
         raise ValueLensError(msg)
+
+
+@contextmanager
+def replace_atomically(path: Path) -> Iterator[Path]:
+    """A temporary path in ``path``'s folder to write to; on success it is flushed to disk and renamed
+    over ``path`` (``os.replace``, atomic on POSIX and Windows), on error it is removed.
+
+    Usage: ``with replace_atomically(Path("out.json")) as tmp: tmp.write_text("{}")``
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        yield tmp
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def read_vectors(path: Path) -> tuple[np.ndarray, list[str], list[str], dict[str, Any]]:

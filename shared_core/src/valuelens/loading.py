@@ -122,6 +122,7 @@ def load_model(
         if getattr(text_config, "layer_types", None) is not None:
             text_config.layer_types = list(text_config.layer_types)[:keep_layers]
     kwargs = dict(model_kwargs)
+    kwargs["trust_remote_code"] = trust_remote_code = bool(kwargs.get("trust_remote_code", False))
     if torch_dtype is None and "device_map" not in kwargs and target.type == "cpu":
         # fp32 on CPU: exact, and faster than bf16 on CPUs without AMX (the cached checkpoints are bf16)
         torch_dtype = torch.float32
@@ -144,7 +145,7 @@ def load_model(
     if "device_map" not in kwargs:
         model.to(target)
     model.eval()
-    return model, AutoTokenizer.from_pretrained(local)
+    return model, AutoTokenizer.from_pretrained(local, trust_remote_code=trust_remote_code)
 
 
 def load_config(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Any:

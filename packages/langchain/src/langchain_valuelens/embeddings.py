@@ -183,6 +183,7 @@ def _check_query(text: Any) -> str:
     if not isinstance(text, str):
         msg = f"embed_query expects a str, got {_short.repr(text)} ({type(text).__name__})"
         raise TypeError(msg)
+    check_texts(text, name="query")  # ValueError for a surrogate code point, naming its position
     return text
 
 

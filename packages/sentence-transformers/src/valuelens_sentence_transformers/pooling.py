@@ -206,15 +206,8 @@ class ValuePooling(Module):
             "revision": revision,
             "local_files_only": local_files_only,
         }
-        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
-        unknown = sorted(set(config) - set(FIELDS))
-        if unknown:
-            msg = (
-                f"the saved ValuePooling config in {model_name_or_path!r} has unknown keys "
-                f"{', '.join(map(repr, unknown))}; expected the fields {', '.join(FIELDS)}"
-            )
-            raise ConfigError(msg)
-        module = cls(**config)
+        saved = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
+        module = cls(**EncoderConfig.from_dict(saved).to_dict())  # data only: unknown keys are refused
         weights = cls.load_file_path(
             model_name_or_path, filename=WEIGHTS_NAME, subfolder=subfolder, **hub_kwargs
         )

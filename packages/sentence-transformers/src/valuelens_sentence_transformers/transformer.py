@@ -30,6 +30,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from valuelens import Encoder
 from valuelens.capture import capturing
 from valuelens.config import DEFAULT_MAX_LENGTH
+from valuelens.inputs import check_texts
 from valuelens.readout import pooling_inputs
 
 __all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
@@ -91,6 +92,7 @@ class ValueTransformer(Transformer):
             if not isinstance(text, str):
                 msg = f"inputs[{i}] is {type(text).__name__}: ValuePooling embeds text (str) only"
                 raise TypeError(msg)
+            check_texts(text, name=f"inputs[{i}]")  # ValueError for a surrogate code point
         if not texts:
             return {}
         if prompt:

@@ -208,6 +208,7 @@ def _check_text(text: Any, what: str) -> str:
     if not isinstance(text, str):
         msg = f"{what} must be a str, got {text!r} ({type(text).__name__})"
         raise TypeError(msg)
+    check_texts(text, name=what)  # ValueError for a surrogate code point, naming its position
     return text
 
 
