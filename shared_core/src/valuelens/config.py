@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 
 from valuelens.embed_filter import band
 from valuelens.errors import ConfigError, SpaceMismatchError
-from valuelens.layers import LayerSpec, validate_spec
+from valuelens.layers import NAMED_SPECS, LayerSpec, validate_spec
 from valuelens.prompts import resolve_prompt
 from valuelens.recipes import Recipe, get_recipe
 
@@ -75,12 +75,8 @@ class EncoderConfig:
         layers = self.layers
         if isinstance(layers, list):
             layers = tuple(layers)
-        if isinstance(layers, str):
-            layers = (
-                layers.strip().lower()
-                if layers.strip().lower() in ("auto", "all", "half", "last", "band")
-                else layers
-            )
+        if isinstance(layers, str) and layers.strip().lower() in NAMED_SPECS:
+            layers = layers.strip().lower()
         validate_spec(layers)
         object.__setattr__(self, "layers", layers)
         prompt = resolve_prompt(self.prompt)

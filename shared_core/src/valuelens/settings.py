@@ -4,9 +4,14 @@ Usage (an adapter)::
 
     class MyEmbeddings(EncoderSettings, HostBase):
         def __init__(self, model=None, **fields):
-            fields, config = prepare_fields(fields, encoder=model if isinstance(model, Encoder) else None)
-            super().__init__(**fields)                   # the host's pydantic validation
-            self._encoder = model if ... else load_encoder(model, config, self.device, self.dtype)
+            if isinstance(model, Encoder):                       # share a loaded encoder
+                fields, _ = prepare_fields(type(self), fields, encoder=model)
+                super().__init__(**fields)
+                self._encoder = model
+            else:                                                # load by name, folder or hub id
+                fields, config = prepare_fields(type(self), fields, model=model)
+                super().__init__(**fields)
+                self._encoder = load_encoder(model, config, device=self.device, dtype=self.dtype)
 
 :class:`EncoderSettings` declares the fields of :class:`valuelens.EncoderConfig` (same names, same
 defaults, frozen: they define the embedding) plus the load options ``device`` and ``dtype``.
