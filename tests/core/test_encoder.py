@@ -365,3 +365,35 @@ def test_device_map_model_from_accelerate(tmp_path, tiny_tokenizer):
         device_map={"": "cpu"},
     )
     np.testing.assert_allclose(enc.encode(CORPUS), want, atol=1e-5)
+
+
+def test_plan_batches_respects_the_token_budget_and_the_batch_size():
+    from valuelens.encoder import plan_batches
+
+    lengths = [5, 3, 9, 1, 1, 1]
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    assert plan_batches(order, lengths, batch_size=32) == [order]
+    assert plan_batches(order, lengths, batch_size=4) == [order[:4], order[4:]]
+    batches = plan_batches(order, lengths, batch_size=32, max_tokens=12)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))  # each text once
+    assert batches[0] == [2]  # 9 tokens: a second row would make 18 padded tokens
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * lengths[batch[0]] <= 12
+    assert plan_batches(order, lengths, batch_size=32, max_tokens=1) == [[i] for i in order]
+
+
+@pytest.mark.parametrize("recipe", ["va", "aligned-wva", "wva-lt"])
+def test_token_budget_batching_gives_the_same_vectors(tiny_llama, tiny_tokenizer, recipe):
+    enc = Encoder(tiny_llama, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol")
+    texts = [*CORPUS, "word " * 60, "short", "a medium sentence about several things " * 3]
+    fixed = enc.encode(texts, batch_size=64)
+    shapes: list[tuple[int, int]] = []
+    handle = enc.parts.layers[0].register_forward_pre_hook(lambda m, a: shapes.append(tuple(a[0].shape[:2])))
+    try:
+        budgeted = enc.encode(texts, batch_size=64, max_tokens_per_batch=96)
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(budgeted, fixed, atol=1e-5)
+    assert len(shapes) > 1 and all(rows == 1 or rows * width <= 96 for rows, width in shapes)
+    with pytest.raises(ValueError, match="max_tokens_per_batch"):
+        enc.encode(texts, max_tokens_per_batch=0)

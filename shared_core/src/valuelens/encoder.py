@@ -30,7 +30,7 @@ from valuelens.capture import capturing
 from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError, EncodeOutOfMemoryError
-from valuelens.inputs import check_batch_size, check_texts
+from valuelens.inputs import check_batch_size, check_texts, check_token_budget
 from valuelens.layers import default_layers, resolve_layers
 from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
 from valuelens.prompts import Prompt, resolve_prompt
@@ -38,7 +38,7 @@ from valuelens.readout import Readout, average_passes, pooling_inputs
 from valuelens.recipes import Recipe, get_recipe
 from valuelens.tokenization import Batch, TokenizedText, collate, tokenize
 
-__all__ = ["Encoder", "TruncationWarning", "warn_truncated"]
+__all__ = ["Encoder", "TruncationWarning", "plan_batches", "warn_truncated"]
 
 
 class TruncationWarning(UserWarning):
@@ -295,11 +295,13 @@ class Encoder:
         readouts: Sequence[Readout],
         *,
         batch_size: int,
+        max_tokens_per_batch: int | None = None,
         progress: tqdm | None = None,
     ) -> tuple[list[Tensor], int]:
         """Embed checked ``items`` for ``readouts`` sharing this encoder's model, tokenizer and prompt.
 
-        Texts are sorted by length (less padding) and the order restored; a prompt with several
+        Texts are sorted by length (less padding), packed into batches (:func:`plan_batches`) and the
+        order restored; a prompt with several
         templates (MetaEOL) runs one pass each and averages them. A batch that runs out of memory is
         split in halves and retried, down to one text (:meth:`_embed_chunk`). Returns one ``[n, dim]``
         tensor per readout and how many texts were truncated.
@@ -316,8 +318,8 @@ class Encoder:
             outs = [
                 torch.empty((len(items), r.dimension), dtype=torch.float32, device=device) for r in readouts
             ]
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
+            lengths = [len(item.ids) for item in tokenized]
+            for chunk in plan_batches(order, lengths, batch_size, max_tokens_per_batch):
                 embedded = self._embed_chunk(tokenized, chunk, readouts)
                 rows = torch.tensor(chunk, device=device)
                 for out, emb in zip(outs, embedded, strict=True):
@@ -359,15 +361,19 @@ class Encoder:
         normalize: bool = False,
         show_progress: bool = False,
         convert_to_tensor: bool = False,
+        max_tokens_per_batch: int | None = None,
     ) -> np.ndarray | Tensor:
         """Embed ``texts``: ``[n, dimension]`` float32 (a bare string gives ``[dimension]``).
 
-        Batches are sorted by length to cut padding and the input order is restored. An empty list
+        Batches are sorted by length to cut padding and the input order is restored; with
+        ``max_tokens_per_batch`` a batch also holds at most that many padded tokens (``batch_size``
+        stays the upper bound on texts), so long texts go in small batches. An empty list
         gives a ``[0, dimension]`` array. Texts longer than ``max_length`` tokens are truncated (the
         prompt is kept) with one :class:`TruncationWarning` per call.
         """
         items, single = check_texts(texts)
         check_batch_size(batch_size)
+        check_token_budget(max_tokens_per_batch)
         with (
             tqdm(
                 total=len(items) * self.passes,
@@ -377,7 +383,13 @@ class Encoder:
             ) as progress,
             torch.inference_mode(),
         ):
-            (result,), n_truncated = self.run(items, [self.readout], batch_size=batch_size, progress=progress)
+            (result,), n_truncated = self.run(
+                items,
+                [self.readout],
+                batch_size=batch_size,
+                max_tokens_per_batch=max_tokens_per_batch,
+                progress=progress,
+            )
         warn_truncated(n_truncated, len(items), self.max_length, stacklevel=3)
         if normalize:
             result = torch.nn.functional.normalize(result, dim=-1)
@@ -399,6 +411,30 @@ class Encoder:
         )
         tail = (", " + ", ".join(extras)) if extras else ""
         return f"Encoder({self.name_or_path!r}, recipe={self.recipe.name!r}, layers={shown!r}{tail}, dim={self.dimension})"
+
+
+def plan_batches(
+    order: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
+) -> list[list[int]]:
+    """Split ``order`` (text indices, longest first) into batches of at most ``batch_size`` texts and,
+    with ``max_tokens``, at most that many padded tokens (rows × the batch's longest text). A text
+    longer than the budget gets a batch of its own.
+
+    Usage: ``plan_batches([2, 0, 1], lengths=[5, 3, 9], batch_size=32, max_tokens=12)`` → ``[[2], [0, 1]]``.
+    """
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        if current:
+            width = lengths[current[0]]  # the longest: order is longest first
+            full = len(current) == batch_size
+            if full or (max_tokens is not None and (len(current) + 1) * width > max_tokens):
+                batches.append(current)
+                current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
 
 
 def warn_truncated(n_truncated: int, total: int, max_length: int, *, stacklevel: int) -> None:

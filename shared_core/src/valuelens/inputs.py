@@ -9,7 +9,7 @@ import reprlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["check_batch_size", "check_texts"]
+__all__ = ["check_batch_size", "check_texts", "check_token_budget"]
 
 _SHORT = reprlib.Repr()  # short reprs of bad items in error messages
 _SHORT.maxstring = _SHORT.maxother = 60
@@ -65,6 +65,15 @@ def _check_encodable(text: str, name: str) -> None:
             "text.encode('utf-8', 'replace').decode('utf-8') turns each one into '?'"
         )
         raise ValueError(msg) from exc
+
+
+def check_token_budget(max_tokens: Any) -> None:
+    """``max_tokens_per_batch`` must be ``None`` or a positive int (``ValueError`` naming it otherwise)."""
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        msg = f"max_tokens_per_batch must be a positive int or None, got {max_tokens!r}"
+        raise ValueError(msg)
 
 
 def check_batch_size(batch_size: Any) -> None:

@@ -23,7 +23,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from valuelens.encoder import Encoder, warn_truncated
-from valuelens.inputs import check_batch_size, check_texts
+from valuelens.inputs import check_batch_size, check_texts, check_token_budget
 
 __all__ = ["SharedEncoding", "encode_many"]
 
@@ -46,6 +46,7 @@ def encode_many(
     normalize: bool = False,
     show_progress: bool = False,
     convert_to_tensor: bool = False,
+    max_tokens_per_batch: int | None = None,
 ) -> list[np.ndarray] | list[Tensor]:
     """Embed ``texts`` with several encoders, sharing forward passes where they can.
 
@@ -54,6 +55,7 @@ def encode_many(
     """
     items, _ = check_texts(texts)
     check_batch_size(batch_size)
+    check_token_budget(max_tokens_per_batch)
     outputs: list[Tensor | None] = [None] * len(encoders)
     groups: dict[tuple, list[int]] = {}
     for i, encoder in enumerate(encoders):
@@ -72,7 +74,13 @@ def encode_many(
         for members in groups.values():
             leader = encoders[members[0]]
             readouts = [encoders[i].readout for i in members]
-            results, truncated = leader.run(items, readouts, batch_size=batch_size, progress=progress)
+            results, truncated = leader.run(
+                items,
+                readouts,
+                batch_size=batch_size,
+                max_tokens_per_batch=max_tokens_per_batch,
+                progress=progress,
+            )
             n_truncated = max(n_truncated, truncated)
             for i, result in zip(members, results, strict=True):
                 outputs[i] = result
