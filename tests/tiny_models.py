@@ -152,3 +152,11 @@ def build_tiny_model(arch: str, vocab: int, *, head: bool = True) -> torch.nn.Mo
                     param.mul_(3.0)
         _MODELS[key] = model.eval()
     return copy.deepcopy(_MODELS[key])
+
+
+def save_tiny_model(path, arch: str = "llama"):
+    """Save a tiny random ``arch`` decoder and the tiny tokenizer as a Hugging Face folder; return ``path``."""
+    tokenizer = build_tokenizer()
+    build_tiny_model(arch, len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

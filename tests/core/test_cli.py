@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from tiny_models import CORPUS, build_tiny_model, save_tiny_model
 from valuelens import EmbedFilter, Encoder
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
@@ -22,11 +22,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cli-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_model(tmp_path_factory.mktemp("cli-model")))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from tiny_models import CORPUS, save_tiny_model
 from valuelens import Encoder, EncoderConfig
 
 CLI = [sys.executable, "-c", "from valuelens.cli import app; app()"]
@@ -19,11 +19,7 @@ CLI = [sys.executable, "-c", "from valuelens.cli import app; app()"]
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("ray-cli-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_model(tmp_path_factory.mktemp("ray-cli-model")))
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 import ray
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from tiny_models import CORPUS, save_tiny_model
 from valuelens import ConfigError, Encoder, EncoderConfig
 from valuelens.distributed import EMBEDDING_COLUMN, EmbedBatches, embed_dataset
 
@@ -46,11 +46,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("ray-tiny-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_model(tmp_path_factory.mktemp("ray-tiny-model")))
 
 
 def _texts(n: int) -> list[str]:

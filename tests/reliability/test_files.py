@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from tiny_models import CORPUS, save_tiny_model
 from valuelens.cli import app
 from valuelens.embedding_job import EmbedJob, ResumeError, read_input, work_dir
 from valuelens.io import InputFileError, read_records, read_vectors
@@ -28,11 +28,7 @@ FAST = ["--recipe", "va", "--layers", "0"]  # one decoder layer runs: the cheape
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("files-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(save_tiny_model(tmp_path_factory.mktemp("files-model")))
 
 
 def _lines(n: int) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer
+from tiny_models import CORPUS, build_tiny_model, build_tokenizer, save_tiny_model
 from valuelens import Encoder
 from valuelens.errors import ConfigError
 
@@ -68,11 +68,7 @@ def test_no_source_file_unpickles_or_trusts_remote_code():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("security-model")
-    tokenizer = build_tokenizer()
-    build_tiny_model("llama", len(tokenizer)).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("security-model"))
 
 
 def _copy(model_dir: Path, to: Path) -> Path:
