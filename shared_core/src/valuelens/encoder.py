@@ -14,10 +14,11 @@ and several encoders sharing forward passes :mod:`valuelens.shared`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from valuelens.architectures import ModelParts, locate
-from valuelens.capture import capturing
+from valuelens.capture import CaptureSession, capturing
 from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError, EncodeOutOfMemoryError
@@ -266,22 +267,46 @@ class Encoder:
             inputs["position_ids"] = batch.position_ids.to(device)
         return inputs
 
+    @contextlib.contextmanager
+    def capture(
+        self,
+        attention_mask: Tensor,
+        span_start: Tensor,
+        span_end: Tensor,
+        readouts: Sequence[Readout] | None = None,
+        *,
+        stop_early: bool = True,
+    ) -> Iterator[CaptureSession]:
+        """Capture ``readouts`` (default: this encoder's own) during a forward run in the ``with`` body,
+        pooling over each row's span ``[start, end)``; hooks are removed on exit.
+
+        Usage: ``with enc.capture(mask, start, end) as session: model(...)``, then
+        ``session.captures[0].layer_vectors()``. Host frameworks that run the forward themselves use it.
+        """
+        readouts = [self.readout] if readouts is None else list(readouts)
+        device = attention_mask.device
+        weights, index = pooling_inputs(
+            attention_mask, span_start.to(device), span_end.to(device), {r.plan.pool for r in readouts}
+        )
+        with capturing(
+            self.current_parts(),
+            [r.plan for r in readouts],
+            attention_mask=attention_mask,
+            weights=weights,
+            index=index,
+            stop_early=stop_early,
+        ) as session:
+            yield session
+
     def forward(self, batch: Batch, readouts: Sequence[Readout] | None = None) -> list[Tensor]:
         """One forward pass over ``batch`` for ``readouts`` (default: this encoder's own), each giving
         ``[B, dimension]`` fp32 on the model's device. Stops after the deepest layer any readout needs."""
         readouts = [self.readout] if readouts is None else list(readouts)
-        parts = self.current_parts()
-        device = self.device
-        inputs = self.model_inputs(batch, device)
-        mask = inputs["attention_mask"]
-        weights, index = pooling_inputs(
-            mask, batch.span_start.to(device), batch.span_end.to(device), {r.plan.pool for r in readouts}
-        )
-        plans = [r.plan for r in readouts]
-        with capturing(parts, plans, attention_mask=mask, weights=weights, index=index) as session:
-            parts.backbone(**inputs)
+        inputs = self.model_inputs(batch, self.device)
+        with self.capture(inputs["attention_mask"], batch.span_start, batch.span_end, readouts) as session:
+            self.parts.backbone(**inputs)
         return [
-            readout.finish(capture.layer_vectors(), parts)
+            readout.finish(capture.layer_vectors(), self.parts)
             for readout, capture in zip(readouts, session.captures, strict=True)
         ]
 

@@ -36,7 +36,7 @@ from valuelens import EmbedFilter, Encoder, EncoderConfig
 from valuelens.config import FIELDS
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
-from valuelens.loading import build_embed_filter, prune_layers
+from valuelens.loading import prune_layers
 from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, ValueTransformer
 
 __all__ = ["ValuePooling"]
@@ -103,8 +103,10 @@ class ValuePooling(Module):
         if getattr(backbone.config, "is_encoder_decoder", False):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"
             raise UnsupportedModelError(msg)
-        try:
-            encoder = Encoder(backbone, first.tokenizer, self.encoder_config.replace(embed_filter=None))
+        try:  # without a saved filter the Encoder builds one from the model's unembedding matrix
+            encoder = Encoder(
+                backbone, first.tokenizer, self.encoder_config, embed_filter=self._saved_filter()
+            )
         except UnsupportedModelError as exc:
             msg = (
                 f"ValuePooling needs a decoder LLM (llama, qwen2, gemma, gpt2, ...); "
@@ -112,29 +114,24 @@ class ValuePooling(Module):
             )
             raise UnsupportedModelError(msg) from exc
         prune_layers(encoder.parts, max(encoder.layers) + 1)
-        self.encoder_config = self.encoder_config.replace(
-            layers=encoder.layers
-        )  # saved resolved: a reload selects the same
-        self._encoder = Encoder(
-            backbone, first.tokenizer, self.encoder_config, embed_filter=self._embed_filter(backbone)
-        )
-        first.bind(self._encoder, max_length=self.encoder_config.max_length)
+        encoder.current_parts()  # located again over the pruned layers
+        self.encoder_config = encoder.config  # saved with resolved layers: a reload selects the same
+        if encoder.embed_filter is not None:
+            self._projection = encoder.embed_filter.projection
+        self._encoder = encoder
+        first.bind(encoder, max_length=self.encoder_config.max_length)
 
-    def _embed_filter(self, backbone: torch.nn.Module) -> EmbedFilter | None:
-        """The filter saved with this module, else one built from the model's unembedding matrix."""
+    def _saved_filter(self) -> EmbedFilter | None:
+        """The EmbedFilter projection saved with this module (``None`` before the first save/load)."""
         config = self.encoder_config
-        if config.embed_filter is None:
+        if config.embed_filter is None or self._projection is None:
             return None
-        if self._projection is not None:
-            return EmbedFilter(
-                self._projection.float(),
-                config.embed_filter,
-                config.embed_filter_offset,
-                int(self._projection.shape[1]),
-            )
-        ef = build_embed_filter(backbone, config.embed_filter, config.embed_filter_offset)
-        self._projection = ef.projection
-        return ef
+        return EmbedFilter(
+            self._projection.float(),
+            config.embed_filter,
+            config.embed_filter_offset,
+            int(self._projection.shape[1]),
+        )
 
     @property
     def encoder(self) -> Encoder:

@@ -28,10 +28,8 @@ from sentence_transformers.base.modules.transformer import ProcessingKwargs
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from valuelens import Encoder
-from valuelens.capture import capturing
 from valuelens.config import DEFAULT_MAX_LENGTH
 from valuelens.inputs import check_texts
-from valuelens.readout import pooling_inputs
 
 __all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
 
@@ -121,17 +119,8 @@ class ValueTransformer(Transformer):
         if span is None:  # features made elsewhere: pool over every real token
             start = torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)
             span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
-        span = span.to(mask.device)
-        readout = encoder.readout
-        weights, index = pooling_inputs(mask, span[:, 0], span[:, 1], {readout.plan.pool})
-        with capturing(
-            encoder.current_parts(),
-            [readout.plan],
-            attention_mask=mask,
-            weights=weights,
-            index=index,
-            stop_early=False,  # the layers after the deepest selected one were pruned: nothing is left to skip
-        ) as session:
+        # stop_early=False: the layers after the deepest selected one were pruned, nothing is left to skip
+        with encoder.capture(mask, span[:, 0], span[:, 1], stop_early=False) as session:
             output = super().forward(features, **kwargs)
         output[LAYER_VECTORS_KEY] = session.captures[0].layer_vectors()
         return output
