@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tiny_models import CORPUS, build_tiny_model, save_tiny_model
-from valuelens import EmbedFilter, Encoder
+from valuelens import EmbedFilter, Encoder, EncoderConfig
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
 from valuelens.io import read_texts, read_vectors, report_path
@@ -349,3 +349,41 @@ def test_ablation_filters_pick_coordinates():
     cols = rand.projection.argmax(1).numpy()
     np.testing.assert_array_equal(rand.transform(x), x[:, cols])
     assert len(set(cols.tolist())) == 3
+
+
+def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(CORPUS))
+    out = tmp_path / "best.npy"
+    result = _invoke("embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best")
+    assert result.exit_code == 0, result.output
+    reference = Encoder.from_pretrained(model_dir, preset="best")
+    np.testing.assert_allclose(np.load(out), reference.encode(CORPUS, normalize=True), atol=1e-5)
+    spec = {"recipe": "last-token", "prompt": "pcot", "layers": [2], "prepend_layers": [1], "contrast_layer": 1}
+    spec_file = tmp_path / "recipe-spec.json"
+    spec_file.write_text(json.dumps(spec))
+    out = tmp_path / "spec.parquet"
+    result = _invoke("embed", str(source), "-o", str(out), "--model", model_dir, "--config", str(spec_file))
+    assert result.exit_code == 0, result.output
+    reference = Encoder.from_pretrained(model_dir, **spec)
+    np.testing.assert_allclose(read_vectors(out)[0], reference.encode(CORPUS, normalize=True), atol=1e-5)
+    # search embeds its queries with the whole stored spec (Token Prepending and Contrastive Prompting too)
+    found = _invoke("search", str(out), CORPUS[3], "-k", "1")
+    assert found.exit_code == 0, found.output
+    lines = found.output.strip().splitlines()
+    assert lines[lines.index(CORPUS[3]) + 1].strip().endswith(CORPUS[3])
+    both = _invoke(
+        "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best", "--config", str(spec_file)
+    )
+    assert both.exit_code != 0 and "either --preset or --config" in both.output
+    assert parse_variant(str(spec_file)).config == EncoderConfig.from_dict(spec)
+    assert parse_variant("best").preset == "best"
+
+
+def test_demo_embeds_with_the_best_preset_and_searches(model_dir, tmp_path):
+    result = _invoke("demo", "--model", model_dir, "--out-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "--preset best" in result.output
+    vectors = read_vectors(tmp_path / "sentences.parquet")
+    reference = Encoder.from_pretrained(model_dir, preset="best")
+    assert vectors[0].shape[1] == reference.dimension and len(vectors[2]) == len(vectors[0])

@@ -324,3 +324,13 @@ def test_settings_accept_the_embedding(tiny_va: ValueLensEmbedding) -> None:
         assert resolve_embed_model(tiny_va) is tiny_va
     finally:
         Settings._embed_model = saved
+
+
+def test_preset_and_the_newer_methods_pass_through(tiny_model_dir: Path) -> None:
+    fields = {"prepend_layers": "auto", "contrast_layer": 1, "contrast_scale": 0.8}
+    emb = ValueLensEmbedding(str(tiny_model_dir), preset="best", device="cpu", **fields)
+    assert emb.recipe == "aligned-wva" and emb.contrast_scale == 0.8
+    reference = valuelens.Encoder.from_pretrained(str(tiny_model_dir), device="cpu", preset="best", **fields)
+    np.testing.assert_allclose(
+        np.array(emb.get_text_embedding_batch(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )

@@ -24,6 +24,22 @@ CASES = [
     ("qwen3", {"recipe": "wva-lt", "layers": "half"}),
     ("qwen3", {"recipe": "aligned-va", "layers": [0, 3], "embed_filter": 2, "prompt": "echo"}),
     ("gpt2", {"recipe": "hs", "layers": "auto"}),
+    # beyond the papers: Token Prepending, Contrastive Prompting and fusion in one forward
+    (
+        "llama",
+        {
+            "recipe": "last-token",
+            "prompt": "pcot",
+            "layers": [2],
+            "prepend_layers": [1, 2],
+            "contrast_layer": 1,
+            "fusion": [{"recipe": "va", "layers": [1, 2], "weight": 0.5}],
+        },
+    ),
+    (
+        "qwen3",
+        {"recipe": "aligned-wva", "prompt": "futureeol", "prepend_layers": "auto", "contrast_layer": 0},
+    ),
 ]
 
 
@@ -249,3 +265,33 @@ def test_a_saved_config_with_unknown_keys_is_refused(tiny_model_dir, tmp_path):
     config_file.write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="unknown EncoderConfig field\\(s\\) '__import__'"):
         SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
+
+
+def test_two_pass_prompts_are_refused():
+    with pytest.raises(ConfigError, match="2 forward passes"):
+        ValuePooling(recipe="aligned-wva", prompt="ck")
+
+
+def test_preset_is_resolved_when_the_model_is_known(tiny_model_dir, tmp_path):
+    model = _st(tiny_model_dir["llama"], preset="best", max_length=128)
+    pooling = model[1]
+    assert pooling.encoder_config.recipe == "aligned-wva" and pooling.encoder_config.prompt == "futureeol"
+    assert pooling.encoder_config.max_length == 128
+    reference = Encoder.from_pretrained(tiny_model_dir["llama"], preset="best", max_length=128)
+    np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+
+
+def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_path):
+    from valuelens import Postprocess
+
+    path = tiny_model_dir["llama"]
+    raw = Encoder.from_pretrained(path, recipe="va", layers=[1, 2])
+    state = Postprocess.fit_texts(raw, TEXTS * 3, kind="whiten", dim=8)
+    file = state.save(tmp_path / "state.safetensors")
+    model = _st(path, recipe="va", layers=[1, 2], postprocess=str(file))
+    before = model.encode(TEXTS)
+    assert before.shape == (len(TEXTS), 8)
+    model.save(str(tmp_path / "saved"))
+    file.unlink()  # the saved model has its own copy
+    again = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
+    np.testing.assert_allclose(again.encode(TEXTS), before, atol=1e-5)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
-from valuelens.config import EncoderConfig
+from valuelens.config import EncoderConfig, FusionPart
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder, TruncationWarning
 from valuelens.errors import (
@@ -24,6 +24,8 @@ from valuelens.errors import (
     ValueLensError,
 )
 from valuelens.inputs import check_texts
+from valuelens.postprocess import Postprocess, PostprocessKind, unlabeled_texts
+from valuelens.presets import preset_config
 from valuelens.prompts import NAMED_PROMPTS, Prompt
 from valuelens.recipes import RECIPES, Recipe
 from valuelens.shared import SharedEncoding, encode_many
@@ -42,7 +44,10 @@ __all__ = [
     "EncodeOutOfMemoryError",
     "Encoder",
     "EncoderConfig",
+    "FusionPart",
     "ModelProvisioningError",
+    "Postprocess",
+    "PostprocessKind",
     "Prompt",
     "Recipe",
     "SharedEncoding",
@@ -55,5 +60,7 @@ __all__ = [
     "capturing",
     "check_texts",
     "encode_many",
+    "preset_config",
     "start_capture",
+    "unlabeled_texts",
 ]

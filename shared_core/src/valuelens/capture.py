@@ -21,6 +21,10 @@ plans at once (e.g. every recipe of an evaluation that uses the same prompt). Th
 installs the instrumentation and the last one removes it (and restores the attention implementation), in
 ``finally`` blocks, also when the forward raises.
 
+A capture may also carry edits of the forward (:mod:`valuelens.steering`: Token Prepending from a
+pre-hook on each decoder layer, Contrastive Prompting from the output projection's pre-hook); they
+apply only to the forward of the context that started the capture, like everything else here.
+
 Hooks reduce tokens to per-sentence fp32 vectors at once, with the recipe math of
 :mod:`valuelens.readout`: no ``[B, N, d]`` tensor is kept per layer. Once every plan has its deepest
 layer, a hook raises :class:`StopForward`; :func:`capturing` ends the forward there and swallows it
@@ -48,6 +52,7 @@ from valuelens.architectures import ModelParts
 from valuelens.errors import UnsupportedModelError
 from valuelens.readout import CapturePlan, reduce_attention, reduce_tokens
 from valuelens.recipes import ATTENTION_SIGNALS
+from valuelens.steering import Contrast, Prepend
 
 __all__ = [
     "Capture",
@@ -136,10 +141,14 @@ class CaptureSession:
         captures: tuple[Capture, ...],
         *,
         stop_early: bool,
+        prepend: Prepend | None = None,
+        contrast: Contrast | None = None,
     ) -> None:
         self.instrumentation = instrumentation
         self.captures = captures
         self.stop_early = stop_early
+        self.prepend = prepend
+        self.contrast = contrast
 
     def check_stop(self) -> None:
         if self.stop_early and all(cap.done for cap in self.captures):
@@ -274,8 +283,30 @@ def _record_tokens(instrumentation: _Instrumentation, layer: int, signal: str, t
         session.check_stop()
 
 
-def _out_proj_pre_hook(instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple) -> None:
+def _layer_pre_hook(
+    instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple, kwargs: dict
+) -> tuple[tuple, dict] | None:
+    """Token Prepending: edit the layer's input hidden states (positional or ``hidden_states=``)."""
+    session = _active_for(instrumentation)
+    if session is None or session.prepend is None or layer not in session.prepend.layers:
+        return None
+    if args:
+        return (session.prepend.apply(args[0]), *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": session.prepend.apply(kwargs["hidden_states"])}
+
+
+def _out_proj_pre_hook(
+    instrumentation: _Instrumentation, layer: int, module: nn.Module, args: tuple
+) -> tuple | None:
+    session = _active_for(instrumentation)
+    if session is None:
+        return None
+    edited = None
+    if session.contrast is not None and session.contrast.layer == layer:
+        edited = (session.contrast.apply(args[0]), *args[1:])
+        args = edited
     _record_tokens(instrumentation, layer, "head", args[0])
+    return edited
 
 
 def _out_proj_hook(
@@ -321,6 +352,11 @@ class _Instrumentation:
         parts = self.parts
         try:
             for i, layer in enumerate(parts.layers):
+                self._handles.append(
+                    layer.register_forward_pre_hook(
+                        functools.partial(_layer_pre_hook, self, i), with_kwargs=True
+                    )
+                )
                 self._handles.append(layer.register_forward_hook(functools.partial(_layer_hook, self, i)))
                 out_proj = parts.out_projs[i]
                 self._handles.append(
@@ -434,12 +470,15 @@ def start_capture(
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
     stop_early: bool = True,
+    prepend: Prepend | None = None,
+    contrast: Contrast | None = None,
 ) -> CaptureHandle:
     """Activate captures for ``plans`` in the current context and return the handle.
 
     ``weights`` maps a token pool (``"mean"``, ``"position"``) to its ``[B, N]`` weights; ``index``
     holds each row's last real token. With ``stop_early`` the forward ends (``StopForward``) as soon
-    as every plan has all its layers.
+    as every plan has all its layers. ``prepend`` / ``contrast`` edit the forward
+    (:mod:`valuelens.steering`).
     """
     if not plans:
         msg = "start_capture needs at least one plan"
@@ -466,7 +505,7 @@ def start_capture(
                 "on it; hidden-state and attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
             )
             raise UnsupportedModelError(msg)
-        session = CaptureSession(inst, captures, stop_early=stop_early)
+        session = CaptureSession(inst, captures, stop_early=stop_early, prepend=prepend, contrast=contrast)
         token = _ACTIVE.set(session)
     except BaseException:
         _release(inst)
@@ -483,11 +522,20 @@ def capturing(
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
     stop_early: bool = True,
+    prepend: Prepend | None = None,
+    contrast: Contrast | None = None,
 ) -> Iterator[CaptureSession]:
     """Context manager form of :func:`start_capture`: ends the early exit (:class:`StopForward`) raised
     in its body, and removes the hooks in ``finally`` (also on ``KeyboardInterrupt``)."""
     handle = start_capture(
-        parts, plans, attention_mask=attention_mask, weights=weights, index=index, stop_early=stop_early
+        parts,
+        plans,
+        attention_mask=attention_mask,
+        weights=weights,
+        index=index,
+        stop_early=stop_early,
+        prepend=prepend,
+        contrast=contrast,
     )
     try:
         yield handle.session

@@ -12,6 +12,7 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from valuelens.analysis.commands import register as _register_analysis
+from valuelens.config import EncoderConfig
 from valuelens.embedding_job import (
     DEFAULT_CHUNK_SIZE,
     EmbedJob,
@@ -28,7 +31,7 @@ from valuelens.embedding_job import (
     job_spec,
     read_input,
 )
-from valuelens.errors import ValueLensError
+from valuelens.errors import ConfigError, ValueLensError
 from valuelens.io import read_vectors
 
 app = typer.Typer(
@@ -56,7 +59,31 @@ RecipeOpt = Annotated[
 ]
 LayersOpt = Annotated[str, typer.Option(help="Layers: auto, all, half, last, band, 20-27, 3,5,7.")]
 PromptOpt = Annotated[
-    str | None, typer.Option(help="Prompt: prompteol, futureeol, echo, metaeol, or a template with {text}.")
+    str | None,
+    typer.Option(
+        help="Prompt: prompteol, futureeol, echo, metaeol, pcot, knowledge, ck, prompteol-icl, futureeol-icl, "
+        "or a template with {text}."
+    ),
+]
+SpecRecipeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Recipe (default: va, or the preset's / config file's): va, aligned-wva, last-token, ..."
+    ),
+]
+SpecLayersOpt = Annotated[
+    str | None, typer.Option(help="Layers (default: auto): auto, all, half, last, band, 20-27, 3,5,7.")
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(help="Start from a named spec for the model: 'best' (the recommended one) or 'generic'."),
+]
+ConfigFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A JSON EncoderConfig (every field: prepend_layers, contrast_layer, fusion, postprocess, ...).",
+    ),
 ]
 FilterOpt = Annotated[
     float | None, typer.Option("--embed-filter", help="EmbedFilter tau (2 keeps half the dimensions).")
@@ -88,6 +115,22 @@ def _note(line: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- commands
+def _spec(model: str | None, preset: str | None, config_file: Path | None, **explicit: Any) -> EncoderConfig:
+    """The spec of a command: a preset or a JSON config file (not both), then the options given."""
+    from valuelens.presets import preset_config
+
+    if preset is not None and config_file is not None:
+        msg = "pass either --preset or --config, not both"
+        raise ConfigError(msg)
+    given = {k: v for k, v in explicit.items() if v is not None}
+    if preset is not None:
+        return preset_config(preset, model, **given)
+    if config_file is not None:
+        data = json.loads(Path(config_file).read_text(encoding="utf-8"))
+        return EncoderConfig.from_dict({**data, **given})
+    return EncoderConfig.from_dict(given)
+
+
 def _embed(
     input_path: Path,
     output: Path,
@@ -179,8 +222,10 @@ def embed(
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help=".npy or .parquet (id, text, vector)")],
     model: ModelOpt = None,
-    recipe: RecipeOpt = "va",
-    layers: LayersOpt = "auto",
+    preset: PresetOpt = None,
+    config_file: ConfigFileOpt = None,
+    recipe: SpecRecipeOpt = None,
+    layers: SpecLayersOpt = None,
     prompt: PromptOpt = None,
     embed_filter: FilterOpt = None,
     field: Annotated[str, typer.Option(help="Text field/column of .jsonl/.csv/.parquet inputs.")] = "text",
@@ -211,14 +256,20 @@ def embed(
 
     OUTPUT appears only when complete (written under a temporary name and renamed); finished chunks
     wait in a hidden folder beside it (.OUTPUT.partial) until then, for --resume."""
-    settings = {
-        "model": model,
-        "recipe": recipe,
-        "layers": _layers_arg(layers),
-        "prompt": prompt,
-        "embed_filter": embed_filter,
-        "max_length": max_length,
-    }
+    try:
+        spec = _spec(
+            model,
+            preset,
+            config_file,
+            recipe=recipe,
+            layers=None if layers is None else _layers_arg(layers),
+            prompt=prompt,
+            embed_filter=embed_filter,
+            max_length=max_length,
+        )
+    except (ValueLensError, ValueError, OSError) as exc:
+        raise _fail(exc) from exc
+    settings = {"model": model, **spec.to_dict()}
     if use_ray:
         try:
             _embed_ray(
@@ -262,8 +313,9 @@ def _search(embeddings: Path, queries: list[str], k: int, device: str | None = N
     from valuelens import Encoder
 
     vectors, _, texts, settings = read_vectors(embeddings)
-    keys = ("recipe", "layers", "prompt", "embed_filter", "max_length")
-    options: dict[str, Any] = {key: settings.get(key) for key in keys}
+    from valuelens.config import FIELDS
+
+    options: dict[str, Any] = {key: settings[key] for key in FIELDS if key in settings}  # the whole spec
     encoder = Encoder.from_pretrained(settings.get("model"), device=device, **options)
     scores = np.asarray(encoder.encode(queries, normalize=True)) @ vectors.T
     for row, query in zip(scores, queries, strict=True):
@@ -362,6 +414,13 @@ def sweep(
     limit: Annotated[int | None, typer.Option(min=1)] = None,
     min_width: Annotated[int, typer.Option(min=1, help="Narrowest band reported as 'best band'.")] = 3,
     out: Annotated[Path, typer.Option(help="Output stem: OUT[-RECIPE].md/.json/.png.")] = Path("out/sweep"),
+    propose: Annotated[
+        bool,
+        typer.Option(
+            "--propose",
+            help="Add the best band as a ready layers= value and AUTO_LAYERS entry to the report.",
+        ),
+    ] = False,
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
@@ -378,9 +437,124 @@ def sweep(
         sweeper = LayerSweeper(load_probe(model, device=device, dtype=dtype), names, prompt=prompt)
     except (ValueLensError, ValueError) as exc:
         raise _fail(exc) from exc
-    for result in sweeper.run(task_obj, split=split, limit=limit, min_width=min_width, batch_size=batch_size):
+    for result in sweeper.run(
+        task_obj, split=split, limit=limit, min_width=min_width, batch_size=batch_size, propose=propose
+    ):
         typer.echo(result.to_markdown(command))
         result.write(sweep_stem(out, result.recipe, len(names)), command=command)
+        if propose:
+            typer.echo(f"proposed layers for {result.model} ({result.recipe}): {result.proposed_layers}")
+
+
+def _fit(
+    texts_file: Path,
+    out: Path,
+    *,
+    settings: dict[str, Any],
+    kind: Any,
+    k: int,
+    dim: int | None,
+    field: str,
+    limit: int | None,
+    batch_size: int,
+    device: str | None,
+    dtype: str | None,
+) -> None:
+    import time
+
+    from valuelens import Encoder
+    from valuelens.postprocess import Postprocess, check_settings, unlabeled_texts
+
+    check_settings(kind, k, dim)  # before any reading or loading
+    fields = [f.strip() for f in field.split(",") if f.strip()]
+    texts = unlabeled_texts(texts_file, fields, limit=limit)
+    if "test" in texts_file.stem.lower().replace("-", "_").split("_"):
+        _note(f"note: {texts_file.name} looks like a test split; fit on unlabeled training text only")
+    spec = {key: value for key, value in settings.items() if key != "model"}
+    encoder = Encoder.from_pretrained(settings["model"], device=device, dtype=dtype, **spec)
+    start = time.perf_counter()
+    state = Postprocess.fit_texts(
+        encoder,
+        texts,
+        kind=kind,
+        k=k,
+        dim=dim,
+        batch_size=batch_size,
+        fitted_on=f"{len(texts)} texts of {texts_file.name}",
+    )
+    state.save(out)
+    elapsed = time.perf_counter() - start
+    typer.echo(f"{state!r} -> {out} ({encoder!r}; {elapsed:.1f} s)")
+
+
+@app.command()
+def fit(
+    texts_file: Annotated[
+        Path,
+        typer.Argument(metavar="TEXTS", help=".txt (one text per line), .jsonl, .csv or .parquet"),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The fitted state (one .safetensors file).")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="center, abtt (center, remove the top-k principal components), standardize, whiten."
+        ),
+    ] = "abtt",
+    k: Annotated[int, typer.Option("-k", min=1, help="abtt: principal components removed.")] = 1,
+    dim: Annotated[
+        int | None, typer.Option(min=1, help="whiten: keep the first DIM components (default: all).")
+    ] = None,
+    model: ModelOpt = None,
+    config_file: ConfigFileOpt = None,
+    recipe: SpecRecipeOpt = None,
+    layers: SpecLayersOpt = None,
+    prompt: PromptOpt = None,
+    embed_filter: FilterOpt = None,
+    max_length: MaxLenOpt = None,
+    field: Annotated[
+        str,
+        typer.Option(
+            help="Text field(s) of .jsonl/.csv/.parquet, comma-separated (STS pairs: sentence1,sentence2)."
+        ),
+    ] = "text",
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Fit on a seeded sample of this many distinct texts.")
+    ] = None,
+    batch_size: BatchOpt = 32,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+) -> None:
+    """Fit a post-processing (valuelens.Postprocess) on the un-normalized embeddings of unlabeled TEXTS.
+
+    Distinct texts only; fit on training text (e.g. data/stsb/train.jsonl --field sentence1,sentence2),
+    never on the texts a score is reported on. OUT stores the state with the encoder's spec."""
+    try:
+        spec = _spec(
+            model,
+            None,
+            config_file,
+            recipe=recipe,
+            layers=None if layers is None else _layers_arg(layers),
+            prompt=prompt,
+            embed_filter=embed_filter,
+            max_length=max_length,
+        )
+        settings = {"model": model, **spec.replace(postprocess=None).to_dict()}
+        _fit(
+            texts_file,
+            out,
+            settings=settings,
+            kind=kind,
+            k=k,
+            dim=dim,
+            field=field,
+            limit=limit,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+        )
+    except (ValueLensError, ValueError, TypeError, OSError) as exc:
+        raise _fail(exc) from exc
 
 
 @app.command()
@@ -395,15 +569,8 @@ def demo(
     try:
         typer.echo(f"model: {models.path(model)}")
         output = out_dir / "sentences.parquet"
-        settings = {
-            "model": model,
-            "recipe": "aligned-wva",
-            "layers": "auto",
-            "prompt": "futureeol",
-            "embed_filter": None,
-            "max_length": None,
-        }
-        typer.echo(f"$ valuelens embed {sample} -o {output} --recipe aligned-wva --prompt futureeol")
+        settings = {"model": model, **_spec(model, "best", None).to_dict()}
+        typer.echo(f"$ valuelens embed {sample} -o {output} --preset best")
         _embed(sample, output, settings=settings, device=None, dtype=None, batch_size=32)
         typer.echo(f"$ valuelens search {output} " + " ".join(shlex.quote(q) for q in DEMO_QUERIES))
         _search(output, list(DEMO_QUERIES), 3)
@@ -445,3 +612,6 @@ def models_path(name: Annotated[str | None, typer.Argument()] = None) -> None:
         typer.echo(models.path(name))
     except (ValueLensError, ValueError) as exc:
         raise _fail(exc) from exc
+
+
+_register_analysis(app)  # valuelens lens | spectrum | segments (valuelens.analysis)

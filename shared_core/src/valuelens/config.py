@@ -14,17 +14,25 @@ these names and defaults (:data:`FIELDS`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from valuelens.embed_filter import band
 from valuelens.errors import ConfigError, SpaceMismatchError
-from valuelens.layers import NAMED_SPECS, LayerSpec, validate_spec
+from valuelens.layers import (
+    NAMED_SPECS,
+    LayerSpec,
+    default_layers,
+    prepend_default,
+    resolve_layers,
+    validate_spec,
+)
 from valuelens.prompts import resolve_prompt
 from valuelens.recipes import Recipe, get_recipe
 
-__all__ = ["DEFAULT_MAX_LENGTH", "FIELDS", "Combine", "EncoderConfig", "space_message"]
+__all__ = ["DEFAULT_MAX_LENGTH", "FIELDS", "Combine", "EncoderConfig", "FusionPart", "space_message"]
 
 #: Token limit per text (prompt included) when ``max_length`` is ``None``.
 DEFAULT_MAX_LENGTH = 512
@@ -39,6 +47,84 @@ def space_message(recipe: Recipe) -> str:
         "vectors through W_O into the residual stream (VA + EmbedFilter), or 'aligned-wva', 'hs', "
         "'last-token', 'wmp'."
     )
+
+
+def _normalize_layers(value: Any, name: str) -> Any:
+    """A layer spec in its stored form: a list becomes a tuple, a named spec its lower-case name."""
+    if isinstance(value, list):
+        value = tuple(value)
+    if isinstance(value, str) and value.strip().lower() in NAMED_SPECS:
+        value = value.strip().lower()
+    try:
+        validate_spec(value)
+    except ConfigError as exc:
+        msg = f"{name}: {exc}"
+        raise ConfigError(msg) from None
+    return value
+
+
+def _check_number(value: Any, name: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        msg = f"{name} must be a finite number, got {value!r}"
+        raise ConfigError(msg)
+    if positive and value <= 0:
+        msg = f"{name} must be > 0, got {value!r}"
+        raise ConfigError(msg)
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FusionPart:
+    """One more recipe read in the same forward pass and concatenated to the embedding (score fusion).
+
+    Usage: ``EncoderConfig(recipe="aligned-wva", prompt="futureeol", fusion=[FusionPart("va", weight=0.5)])``.
+
+    Each part's vector is L2-normalized and scaled by ``weight`` (the main recipe's by 1), so the cosine
+    of two fused embeddings is the ``weight²``-weighted mean of the parts' cosines.
+    """
+
+    recipe: str
+    layers: LayerSpec = "auto"
+    weight: float = 1.0
+    embed_filter: float | None = None
+
+    def __post_init__(self) -> None:
+        recipe = get_recipe(self.recipe)
+        object.__setattr__(self, "recipe", recipe.name)
+        object.__setattr__(
+            self, "layers", _normalize_layers(self.layers, f"fusion part {recipe.name!r} layers")
+        )
+        object.__setattr__(self, "weight", _check_number(self.weight, "fusion weight", positive=True))
+        if self.embed_filter is not None:
+            band(10**6, self.embed_filter, 0)
+            if not recipe.residual:
+                raise SpaceMismatchError(space_message(recipe))
+            object.__setattr__(self, "embed_filter", float(self.embed_filter))
+
+    @classmethod
+    def coerce(cls, value: Any) -> FusionPart:
+        """A part from a :class:`FusionPart`, a mapping of its fields, or a recipe name."""
+        if isinstance(value, FusionPart):
+            return value
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                msg = f"unknown fusion field(s) {', '.join(map(repr, unknown))}: use recipe, layers, weight, embed_filter"
+                raise ConfigError(msg)
+            if "recipe" not in value:
+                msg = f"a fusion part needs a recipe, got {dict(value)!r}"
+                raise ConfigError(msg)
+            return cls(**value)
+        msg = f"a fusion part is a recipe name, a mapping or a FusionPart, got {type(value).__name__}"
+        raise ConfigError(msg)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if isinstance(self.layers, tuple):
+            data["layers"] = list(self.layers)
+        return data
 
 
 @dataclass(frozen=True)
@@ -68,17 +154,25 @@ class EncoderConfig:
     """How per-layer vectors are combined: plain ``"mean"``, or ``"normalized-mean"`` (each layer L2-normalized first)."""
     final_norm: bool = False
     """Apply the model's final norm to hidden states (``hs``, ``last-token``, ``wmp`` only)."""
+    prepend_layers: LayerSpec | None = None
+    """Token Prepending (Fu et al., 2025): a placeholder token is put before the text, and at the input
+    of these layers its state is replaced by the last token's (``"1-4"``, ``"auto"``); ``None``: off."""
+    contrast_layer: int | None = None
+    """Contrastive Prompting (Cheng et al., 2025): at this layer the last token's head outputs become
+    ``contrast_scale * (z - z_aux)``, ``z_aux`` from ``contrast_prompt`` run up to it; ``None``: off."""
+    contrast_scale: float = 0.5
+    """The coefficient of Contrastive Prompting's ``z - z_aux``."""
+    contrast_prompt: str = "irrelevant"
+    """The auxiliary prompt of Contrastive Prompting: a prompt name or a ``{text}`` template."""
+    fusion: tuple[FusionPart, ...] = ()
+    """More recipes read in the same forward pass, concatenated after L2 normalization with weights."""
+    postprocess: str | None = None
+    """A fitted :class:`valuelens.Postprocess` applied last: a ``.safetensors`` file, or ``"builtin:NAME"``."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
         object.__setattr__(self, "recipe", recipe.name)
-        layers = self.layers
-        if isinstance(layers, list):
-            layers = tuple(layers)
-        if isinstance(layers, str) and layers.strip().lower() in NAMED_SPECS:
-            layers = layers.strip().lower()
-        validate_spec(layers)
-        object.__setattr__(self, "layers", layers)
+        object.__setattr__(self, "layers", _normalize_layers(self.layers, "layers"))
         prompt = resolve_prompt(self.prompt)
         object.__setattr__(self, "prompt", None if prompt is None else prompt.spec)
         if self.embed_filter is not None:
@@ -105,13 +199,88 @@ class EncoderConfig:
                 f"final_norm=True applies to hidden-state recipes (hs, last-token, wmp), not {recipe.name!r}"
             )
             raise ConfigError(msg)
+        self._check_additions()
+
+    def _check_additions(self) -> None:
+        """Validate and normalize Token Prepending, Contrastive Prompting, fusion and post-processing."""
+        if self.prepend_layers is not None:
+            object.__setattr__(
+                self, "prepend_layers", _normalize_layers(self.prepend_layers, "prepend_layers")
+            )
+        if self.contrast_layer is not None and (
+            isinstance(self.contrast_layer, bool) or not isinstance(self.contrast_layer, int)
+        ):
+            msg = f"contrast_layer must be an int (a decoder layer) or None, got {self.contrast_layer!r}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "contrast_scale", _check_number(self.contrast_scale, "contrast_scale"))
+        aux = resolve_prompt(self.contrast_prompt)
+        if aux is None or aux.passes != 1:
+            msg = f"contrast_prompt must be one template (a name or a '{{text}}' template), got {self.contrast_prompt!r}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "contrast_prompt", aux.spec)
+        fusion: Any = self.fusion
+        if fusion is None or isinstance(fusion, (str, Mapping, FusionPart)):
+            fusion = () if fusion is None else (fusion,)
+        if not isinstance(fusion, (list, tuple)):
+            msg = f"fusion must be a list of parts (recipe names, mappings or FusionPart), got {fusion!r}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "fusion", tuple(FusionPart.coerce(part) for part in fusion))
+        if self.postprocess is not None and (not isinstance(self.postprocess, str) or not self.postprocess):
+            msg = f"postprocess must be a path to a fitted state (.safetensors) or 'builtin:NAME', got {self.postprocess!r}"
+            raise ConfigError(msg)
+
+    # ------------------------------------------------------------------ resolution
+    def resolved(self, model_type: str, n_layers: int, hidden_size: int) -> EncoderConfig:
+        """This spec with every layer spec (``layers``, fusion parts, ``prepend_layers``) resolved to a
+        tuple for a model, and ``contrast_layer`` checked against it.
+
+        Usage: ``config.resolved("llama", 30, 576).layers`` → ``(21, 22, 23)``.
+        """
+
+        def resolve(recipe: str, spec: LayerSpec) -> tuple[int, ...]:
+            auto = default_layers(get_recipe(recipe), model_type, n_layers, hidden_size)
+            return resolve_layers(spec, n_layers, auto=auto)
+
+        changes: dict[str, Any] = {"layers": resolve(self.recipe, self.layers)}
+        if self.fusion:
+            changes["fusion"] = [
+                dataclasses.replace(part, layers=resolve(part.recipe, part.layers)) for part in self.fusion
+            ]
+        if self.prepend_layers is not None:
+            changes["prepend_layers"] = resolve_layers(
+                self.prepend_layers, n_layers, auto=prepend_default(n_layers)
+            )
+        resolved = self.replace(**changes)
+        if self.contrast_layer is not None:
+            deepest = resolved.deepest_layer
+            layer = self.contrast_layer + n_layers if self.contrast_layer < 0 else self.contrast_layer
+            if not 0 <= layer <= deepest:
+                msg = (
+                    f"contrast_layer={self.contrast_layer} must be a layer at or before the deepest one read "
+                    f"({deepest}) on this {n_layers}-layer model"
+                )
+                raise ConfigError(msg)
+            if layer != self.contrast_layer:
+                resolved = resolved.replace(contrast_layer=layer)
+        return resolved
+
+    @property
+    def deepest_layer(self) -> int:
+        """The deepest layer any recipe of a resolved spec reads (the forward ends after it)."""
+        specs = [self.layers, *(part.layers for part in self.fusion)]
+        if not all(isinstance(spec, tuple) for spec in specs):
+            msg = "deepest_layer needs resolved layers (EncoderConfig.resolved)"
+            raise ConfigError(msg)
+        return max(max(spec) for spec in specs if isinstance(spec, tuple))
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-safe values (a layer tuple becomes a list)."""
         data = dataclasses.asdict(self)
-        if isinstance(self.layers, tuple):
-            data["layers"] = list(self.layers)
+        for name in ("layers", "prepend_layers"):
+            if isinstance(data[name], tuple):
+                data[name] = list(data[name])
+        data["fusion"] = [part.to_dict() for part in self.fusion]
         return data
 
     @classmethod

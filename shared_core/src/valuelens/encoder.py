@@ -15,11 +15,12 @@ and several encoders sharing forward passes :mod:`valuelens.shared`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -32,12 +33,16 @@ from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError, EncodeOutOfMemoryError
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget
-from valuelens.layers import default_layers, resolve_layers
+from valuelens.layers import resolve_layers
 from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
 from valuelens.prompts import Prompt, resolve_prompt
-from valuelens.readout import Readout, average_passes, pooling_inputs
-from valuelens.recipes import Recipe, get_recipe
-from valuelens.tokenization import Batch, TokenizedText, collate, tokenize
+from valuelens.readout import CapturePlan, Readout, average_passes, fuse, pooling_inputs
+from valuelens.recipes import Recipe
+from valuelens.steering import Contrast, Prepend
+from valuelens.tokenization import Batch, TokenizedText, collate, placeholder_token, tokenize
+
+if TYPE_CHECKING:
+    from valuelens.postprocess import Postprocess
 
 __all__ = ["Encoder", "TruncationWarning", "plan_batches", "warn_truncated"]
 
@@ -104,16 +109,51 @@ class Encoder:
             or type(model).__name__
         )
         self.parts: ModelParts = locate(model)
-        recipe = get_recipe(spec.recipe)
         parts = self.parts
-        auto = default_layers(recipe, parts.model_type, parts.n_layers, parts.hidden_size)
-        layers = resolve_layers(spec.layers, parts.n_layers, auto=auto)
-        self.config: EncoderConfig = spec.replace(layers=layers)
+        self.config: EncoderConfig = spec.resolved(parts.model_type, parts.n_layers, parts.hidden_size)
         if prebuilt is None and spec.embed_filter is not None:
             prebuilt = build_embed_filter(model, spec.embed_filter, spec.embed_filter_offset)
-        self.readout = Readout.build(self.config, self.parts, prebuilt)
+        self.readout = Readout.build(self.config, parts, prebuilt)
+        self.readouts: list[Readout] = [self.readout, *self._fusion_readouts(prebuilt)]
+        """The main readout, then one per fusion part (all captured in the same forward)."""
+        self.weights: tuple[float, ...] = (1.0, *(part.weight for part in self.config.fusion))
         self.prompt: Prompt | None = resolve_prompt(spec.prompt)
+        self.contrast_prompt: Prompt | None = (
+            resolve_prompt(self.config.contrast_prompt) if self.config.contrast_layer is not None else None
+        )
+        self.postprocess: Postprocess | None = None
+        if self.config.postprocess is not None:
+            from valuelens.presets import load_postprocess
+
+            self.postprocess = load_postprocess(self.config.postprocess, self.config)
+            raw = sum(r.dimension for r in self.readouts)
+            if self.postprocess.input_dim != raw:
+                msg = (
+                    f"the post-processing state {self.config.postprocess!r} was fitted on {self.postprocess.input_dim}-dim "
+                    f"embeddings, this encoder's are {raw}-dim"
+                )
+                raise ConfigError(msg)
         self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
+
+    def _fusion_readouts(self, main_filter: EmbedFilter | None) -> list[Readout]:
+        """One readout per fusion part (its own recipe, layers and EmbedFilter; the main layer combine)."""
+        readouts = []
+        for part in self.config.fusion:
+            ef = None
+            if part.embed_filter is not None:
+                if main_filter is not None and main_filter.tau == part.embed_filter:
+                    ef = main_filter
+                else:
+                    ef = build_embed_filter(self.model, part.embed_filter, self.config.embed_filter_offset)
+            recipe = EncoderConfig(
+                recipe=part.recipe,
+                layers=part.layers,
+                embed_filter=part.embed_filter,
+                embed_filter_offset=self.config.embed_filter_offset,
+                combine=self.config.combine,
+            )
+            readouts.append(Readout.build(recipe, self.parts, ef))
+        return readouts
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -126,24 +166,33 @@ class Encoder:
         dtype: Any = None,
         embed_filter: float | EmbedFilter | None = None,
         truncate_layers: bool = True,
+        preset: str | None = None,
         **kwargs: Any,
     ) -> Encoder:
         """Load a model folder, a bundled model name (``"smollm2-135m"``, ...) or a hub id.
 
         The spec is ``config`` or its fields as keywords (``recipe="va"``, ``layers=...``); other
-        keywords go to transformers' ``from_pretrained``. Only the layers up to the deepest selected one
-        are loaded (``truncate_layers``), and no LM head. ``path=None`` uses the embedded default model.
+        keywords go to transformers' ``from_pretrained``. ``preset="best"`` starts from the model's
+        recommended spec (:mod:`valuelens.presets`; keyword fields override it). Only the layers up to
+        the deepest selected one are loaded (``truncate_layers``), and no LM head. ``path=None`` uses the embedded default model.
         ``device`` defaults to CUDA when available; ``dtype=None`` means float32 on CPU and the
         checkpoint's dtype elsewhere.
         """
         from valuelens import models
 
         settings = {k: kwargs.pop(k) for k in FIELDS if k in kwargs}
-        spec, prebuilt = _split_settings(config, embed_filter, settings)  # validated before any loading
         local = models.path(path)
+        if preset is not None:
+            if config is not None:
+                msg = "pass either preset= or config=, not both (use preset_config(...).replace(...))"
+                raise ConfigError(msg)
+            from valuelens.presets import preset_config
+
+            config = preset_config(preset, local, **settings)
+            settings = {}
+        spec, prebuilt = _split_settings(config, embed_filter, settings)  # validated before any loading
         spec = resolve_config(local, spec, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
-        assert isinstance(spec.layers, tuple)
-        keep = max(spec.layers) + 1 if truncate_layers else None
+        keep = spec.deepest_layer + 1 if truncate_layers else None
         model, tokenizer = load_model(local, keep_layers=keep, device=device, dtype=dtype, **kwargs)
         if prebuilt is None and spec.embed_filter is not None:
             prebuilt = EmbedFilter.from_model(local, tau=spec.embed_filter, offset=spec.embed_filter_offset)
@@ -225,7 +274,9 @@ class Encoder:
     @property
     def dimension(self) -> int:
         """Size of the embeddings :meth:`encode` returns."""
-        return self.readout.dimension
+        if self.postprocess is not None:
+            return self.postprocess.output_dim
+        return sum(readout.dimension for readout in self.readouts)
 
     def current_parts(self) -> ModelParts:
         """The model's parts, located again only if an adapter (e.g. LoRA) replaced modules in place."""
@@ -237,14 +288,24 @@ class Encoder:
     def tokenize(
         self, texts: Sequence[str], template_index: int = 0, *, max_length: int | None = None
     ) -> tuple[list[TokenizedText], int]:
-        """Prompted tokenization with pooled spans; returns items and how many were truncated."""
-        return tokenize(
+        """Prompted tokenization with pooled spans (and Token Prepending's placeholder, Contrastive
+        Prompting's auxiliary prompt when the spec has them); returns items and how many were truncated."""
+        limit = max_length or self.max_length
+        placeholder = placeholder_token(self.tokenizer) if self.config.prepend_layers is not None else None
+        items, n_truncated = tokenize(
             self.tokenizer,
             texts,
             prompt=self.prompt,
             template_index=template_index,
-            max_length=max_length or self.max_length,
+            max_length=limit,
+            placeholder=placeholder,
         )
+        if self.contrast_prompt is not None:
+            auxes, _ = tokenize(
+                self.tokenizer, texts, prompt=self.contrast_prompt, max_length=limit, placeholder=placeholder
+            )
+            items = [dataclasses.replace(item, aux=aux) for item, aux in zip(items, auxes, strict=True)]
+        return items, n_truncated
 
     def collate(self, items: Sequence[TokenizedText]) -> Batch:
         """Pad tokenized items to one batch, on the tokenizer's padding side."""
@@ -276,18 +337,36 @@ class Encoder:
         readouts: Sequence[Readout] | None = None,
         *,
         stop_early: bool = True,
+        marker: Tensor | None = None,
+        aux_heads: Tensor | None = None,
     ) -> Iterator[CaptureSession]:
         """Capture ``readouts`` (default: this encoder's own) during a forward run in the ``with`` body,
         pooling over each row's span ``[start, end)``; hooks are removed on exit.
 
+        With Token Prepending ``marker`` holds each row's placeholder position; with Contrastive
+        Prompting ``aux_heads`` the auxiliary prompt's heads (:meth:`contrast_heads`).
         Usage: ``with enc.capture(mask, start, end) as session: model(...)``, then
         ``session.captures[0].layer_vectors()``. Host frameworks that run the forward themselves use it.
         """
-        readouts = [self.readout] if readouts is None else list(readouts)
+        readouts = self.readouts if readouts is None else list(readouts)
         device = attention_mask.device
         weights, index = pooling_inputs(
             attention_mask, span_start.to(device), span_end.to(device), {r.plan.pool for r in readouts}
         )
+        config = self.config
+        prepend = None
+        if config.prepend_layers is not None:
+            if marker is None:
+                msg = "this encoder uses Token Prepending (prepend_layers): tokenize with Encoder.tokenize"
+                raise ConfigError(msg)
+            assert isinstance(config.prepend_layers, tuple)
+            prepend = Prepend(frozenset(config.prepend_layers), marker.to(device), index)
+        contrast = None
+        if config.contrast_layer is not None:
+            if aux_heads is None:
+                msg = "this encoder uses Contrastive Prompting (contrast_layer): pass aux_heads=contrast_heads(...)"
+                raise ConfigError(msg)
+            contrast = Contrast(config.contrast_layer, aux_heads, index, config.contrast_scale)
         with capturing(
             self.current_parts(),
             [r.plan for r in readouts],
@@ -295,24 +374,62 @@ class Encoder:
             weights=weights,
             index=index,
             stop_early=stop_early,
+            prepend=prepend,
+            contrast=contrast,
         ) as session:
             yield session
 
+    def contrast_heads(self, aux: Batch) -> Tensor:
+        """Contrastive Prompting's first step: run the auxiliary-prompt rows ``aux`` up to
+        ``contrast_layer`` and return the last token's head outputs there, ``[B, H*D]`` fp32."""
+        layer = self.config.contrast_layer
+        assert layer is not None
+        plan = CapturePlan(signal="head", pool="last", layers=(layer,))
+        inputs = self.model_inputs(aux, self.device)
+        mask = inputs["attention_mask"]
+        _, index = pooling_inputs(mask, aux.span_start.to(mask.device), aux.span_end.to(mask.device), ())
+        prepend = None
+        if self.config.prepend_layers is not None and aux.marker is not None:
+            assert isinstance(self.config.prepend_layers, tuple)
+            prepend = Prepend(frozenset(self.config.prepend_layers), aux.marker.to(mask.device), index)
+        with capturing(
+            self.current_parts(), [plan], attention_mask=mask, index=index, prepend=prepend
+        ) as session:
+            self.parts.backbone(**inputs)
+        return session.captures[0].layer_vectors()[0]
+
     def forward(self, batch: Batch, readouts: Sequence[Readout] | None = None) -> list[Tensor]:
         """One forward pass over ``batch`` for ``readouts`` (default: this encoder's own), each giving
-        ``[B, dimension]`` fp32 on the model's device. Stops after the deepest layer any readout needs."""
-        readouts = [self.readout] if readouts is None else list(readouts)
+        ``[B, dimension]`` fp32 on the model's device. Stops after the deepest layer any readout needs
+        (Contrastive Prompting first runs the auxiliary prompt up to its layer)."""
+        readouts = self.readouts if readouts is None else list(readouts)
+        aux_heads = self.contrast_heads(batch.aux) if batch.aux is not None else None
         inputs = self.model_inputs(batch, self.device)
-        with self.capture(inputs["attention_mask"], batch.span_start, batch.span_end, readouts) as session:
+        with self.capture(
+            inputs["attention_mask"],
+            batch.span_start,
+            batch.span_end,
+            readouts,
+            marker=batch.marker,
+            aux_heads=aux_heads,
+        ) as session:
             self.parts.backbone(**inputs)
         return [
             readout.finish(capture.layer_vectors(), self.parts)
             for readout, capture in zip(readouts, session.captures, strict=True)
         ]
 
+    def combine(self, vectors: Sequence[Tensor]) -> Tensor:
+        """The embedding from one ``[n, dim]`` tensor per readout (:attr:`readouts`): the fusion parts
+        concatenated (:func:`valuelens.readout.fuse`), then the fitted post-processing."""
+        emb = fuse(vectors, self.weights)
+        if self.postprocess is not None:
+            emb = self.postprocess.transform(emb)
+        return emb
+
     def embed_batch(self, batch: Batch) -> Tensor:
         """Embed one collated batch: ``[B, dimension]`` fp32 on the model's device."""
-        return self.forward(batch)[0]
+        return self.combine(self.forward(batch))
 
     def run(
         self,
@@ -408,13 +525,14 @@ class Encoder:
             ) as progress,
             torch.inference_mode(),
         ):
-            (result,), n_truncated = self.run(
+            vectors, n_truncated = self.run(
                 items,
-                [self.readout],
+                self.readouts,
                 batch_size=batch_size,
                 max_tokens_per_batch=max_tokens_per_batch,
                 progress=progress,
             )
+            result = self.combine(vectors)
         warn_truncated(n_truncated, len(items), self.max_length, stacklevel=3)
         if normalize:
             result = torch.nn.functional.normalize(result, dim=-1)

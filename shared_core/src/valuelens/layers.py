@@ -168,6 +168,13 @@ def validate_spec(spec: LayerSpec) -> None:
         raise ConfigError(msg)
 
 
+def prepend_default(n_layers: int) -> tuple[int, ...]:
+    """What ``prepend_layers="auto"`` means: Token Prepending's layers 1 to 6 of 32 (its paper's
+    Llama-2-7B setting), scaled to the model's depth (at least layer 1)."""
+    end = max(2, round(n_layers * 7 / 32))
+    return tuple(range(1, min(end, n_layers)))
+
+
 def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: int) -> tuple[int, ...]:
     """What ``layers="auto"`` means for ``recipe`` on a model: the last layer for last-token/WMP
     recipes, else a per-model, per-recipe default (:data:`AUTO_LAYERS`) or the 50–85 % band."""

@@ -24,8 +24,6 @@ from valuelens.architectures import ModelParts
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
-from valuelens.layers import default_layers, resolve_layers
-from valuelens.recipes import get_recipe
 
 __all__ = [
     "DTypeSpec",
@@ -188,18 +186,13 @@ def build_embed_filter(model: nn.Module, tau: float, offset: int = 0) -> EmbedFi
 def resolve_config(
     path: str | os.PathLike[str] | None, config: EncoderConfig, *, trust_remote_code: bool = False
 ) -> EncoderConfig:
-    """``config`` with its layers resolved for the model at ``path`` (reads its config, no weights).
+    """``config`` with its layer specs resolved for the model at ``path`` (reads its config, no weights).
 
     Usage: ``resolve_config("smollm2-135m", EncoderConfig(recipe="va")).layers`` → ``(21, 22, 23)``.
     """
     from valuelens import models
 
     text_config = load_config(models.path(path), trust_remote_code=trust_remote_code).get_text_config()
-    n_layers = int(text_config.num_hidden_layers)
-    recipe = get_recipe(config.recipe)
-    layers = resolve_layers(
-        config.layers,
-        n_layers,
-        auto=default_layers(recipe, text_config.model_type, n_layers, text_config.hidden_size),
+    return config.resolved(
+        text_config.model_type, int(text_config.num_hidden_layers), int(text_config.hidden_size)
     )
-    return config.replace(layers=layers)

@@ -1,4 +1,4 @@
-"""Prompt templates: PromptEOL, FutureEOL, Echo, MetaEOL and custom ``{text}`` templates.
+"""Prompt templates: PromptEOL, FutureEOL, Echo, MetaEOL, Pretended CoT, Knowledge, and custom templates.
 
 Usage: ``resolve_prompt("prompteol").render("A cat.")`` → ``'This sentence: "A cat." means in one word:"'``.
 
@@ -17,10 +17,34 @@ from valuelens.errors import ConfigError
 PLACEHOLDER = "{text}"
 
 #: Named prompts (wording of the Value Aggregation paper; Echo as in the design notes).
+_PCOT = 'After thinking step by step , this sentence : "{text}" means in one word:"'
+_KNOWLEDGE = (
+    "The essence of a sentence is often captured by its main subjects and actions, while descriptive "
+    'terms provide additional but less central details. With this in mind , this sentence : "{text}" '
+    'means in one word:"'
+)
+#: The in-context demonstration of Jiang et al. (2023, "Scaling Sentence Embeddings with LLMs").
+_DEMO_SENTENCE, _DEMO_WORD = "A jockey riding a horse.", "Equestrian"
+
 NAMED_PROMPTS: dict[str, tuple[str, ...]] = {
     "prompteol": ('This sentence: "{text}" means in one word:"',),
     "futureeol": ('Forecasting the subsequent tokens: "{text}" in one word:"',),
     "echo": ("{text} {text}",),
+    # Zhang et al. (2024), code ZBWpro/PretCoTandKE: Pretended Chain of Thought and Knowledge Enhancement
+    "pcot": (_PCOT,),
+    "knowledge": (_KNOWLEDGE,),
+    "ck": (_KNOWLEDGE, _PCOT),  # both, one pass each, averaged
+    # PromptEOL / FutureEOL after one in-context demonstration
+    "prompteol-icl": (
+        f'This sentence : "{_DEMO_SENTENCE}" means in one word:"{_DEMO_WORD}". '
+        'This sentence : "{text}" means in one word:"',
+    ),
+    "futureeol-icl": (
+        f'Forecasting the subsequent tokens: "{_DEMO_SENTENCE}" in one word:"{_DEMO_WORD}". '
+        'Forecasting the subsequent tokens: "{text}" in one word:"',
+    ),
+    # the auxiliary prompt of Contrastive Prompting (Cheng et al., 2025, code zifengcheng/CP)
+    "irrelevant": ('The irrelevant information of this sentence : "{text}" means in one word:"',),
     # MetaEOL (Lei et al., 2024): eight meta-task prompts, one pass each, embeddings averaged.
     "metaeol": (
         "In this task, you're presented with a text excerpt. Your task is to categorize the excerpt into a "

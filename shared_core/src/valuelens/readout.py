@@ -35,6 +35,7 @@ __all__ = [
     "CapturePlan",
     "Readout",
     "average_passes",
+    "fuse",
     "last_token_attention",
     "pooling_inputs",
     "reduce_attention",
@@ -192,6 +193,17 @@ def average_passes(passes: Sequence[Tensor]) -> Tensor:
     if len(passes) == 1:
         return passes[0]
     return torch.stack([torch.nn.functional.normalize(p, dim=-1) for p in passes]).mean(dim=0)
+
+
+def fuse(vectors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
+    """Score fusion of several recipes: their L2-normalized vectors scaled by ``weights`` and
+    concatenated, so a cosine of fused vectors is the ``weight²``-weighted mean of the recipes'
+    cosines; one vector is returned unchanged."""
+    if len(vectors) == 1:
+        return vectors[0]
+    return torch.cat(
+        [torch.nn.functional.normalize(v, dim=-1) * w for v, w in zip(vectors, weights, strict=True)], dim=-1
+    )
 
 
 def raw_dimension(recipe: Recipe, parts: ModelParts) -> int:

@@ -31,7 +31,9 @@ from pydantic import BaseModel, Field, StrictInt, field_validator
 
 from valuelens.config import FIELDS, Combine, EncoderConfig
 from valuelens.encoder import Encoder
+from valuelens.errors import ConfigError
 from valuelens.loading import resolve_config, resolve_device, resolve_dtype
+from valuelens.presets import preset_config
 
 __all__ = ["EncoderSettings", "load_encoder", "prepare_fields"]
 
@@ -83,6 +85,43 @@ class EncoderSettings(BaseModel):
         frozen=True,
         description="Apply the model's final norm (hidden-state recipes 'hs', 'last-token', 'wmp' only).",
     )
+    prepend_layers: str | StrictInt | list[StrictInt] | None = Field(
+        default=None,
+        frozen=True,
+        description="Token Prepending: layers at whose input a placeholder before the text takes the last "
+        "token's state ('1-4', 'auto'); None: off.",
+    )
+    contrast_layer: StrictInt | None = Field(
+        default=None,
+        frozen=True,
+        description="Contrastive Prompting: the layer where the last token's heads become "
+        "contrast_scale * (z - z_aux); None: off.",
+    )
+    contrast_scale: float = Field(
+        default=0.5, frozen=True, description="Contrastive Prompting's coefficient."
+    )
+    contrast_prompt: str = Field(
+        default="irrelevant",
+        frozen=True,
+        description="Contrastive Prompting's auxiliary prompt (a name or a '{text}' template).",
+    )
+    fusion: list[dict[str, Any]] = Field(
+        default_factory=list,
+        frozen=True,
+        description="More recipes read in the same forward, concatenated after L2 normalization: "
+        "[{'recipe': 'va', 'layers': 'auto', 'weight': 0.5}].",
+    )
+    postprocess: str | None = Field(
+        default=None,
+        frozen=True,
+        description="A fitted valuelens.Postprocess state (.safetensors path or 'builtin:NAME') applied last.",
+    )
+    preset: str | None = Field(
+        default=None,
+        frozen=True,
+        description="Start from a named spec for the model ('best': valuelens.presets); fields given "
+        "explicitly override it, and the fields then record the whole spec.",
+    )
     device: str | None = Field(
         default=None,
         frozen=True,
@@ -128,10 +167,16 @@ def prepare_fields(
     """
     given = {name: fields[name] for name in FIELDS if name in fields}
     device, dtype = fields.get("device"), fields.get("dtype")
+    preset = fields.get("preset")
     if encoder is not None:
+        if preset is not None:
+            msg = (
+                "preset= chooses the spec of a model to load; an Encoder given as model already has its spec"
+            )
+            raise ConfigError(msg)
         config = encoder.adopt(given, device=device, dtype=dtype)
         return {**fields, **config.to_dict()}, config
-    config = EncoderConfig.from_dict(given)
+    config = preset_config(preset, model, **given) if preset is not None else EncoderConfig.from_dict(given)
     resolve_device(device)
     resolve_dtype(dtype)
     # the host's field checks (types, bounds, unknown names) come before the model's config is read

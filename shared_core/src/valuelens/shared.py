@@ -29,12 +29,17 @@ __all__ = ["SharedEncoding", "encode_many"]
 
 
 def _group_key(encoder: Encoder) -> tuple:
-    prompt = encoder.prompt
+    """Encoders with equal keys run the same forward passes (same inputs, same edits of the forward)."""
+    prompt, config = encoder.prompt, encoder.config
     return (
         id(encoder.parts.backbone),
         id(encoder.tokenizer),
         prompt.templates if prompt else None,
         encoder.max_length,
+        config.prepend_layers,
+        (config.contrast_layer, config.contrast_scale, config.contrast_prompt)
+        if config.contrast_layer is not None
+        else None,
     )
 
 
@@ -73,7 +78,7 @@ def encode_many(
     ):
         for members in groups.values():
             leader = encoders[members[0]]
-            readouts = [encoders[i].readout for i in members]
+            readouts = [readout for i in members for readout in encoders[i].readouts]
             results, truncated = leader.run(
                 items,
                 readouts,
@@ -82,8 +87,11 @@ def encode_many(
                 progress=progress,
             )
             n_truncated = max(n_truncated, truncated)
-            for i, result in zip(members, results, strict=True):
-                outputs[i] = result
+            start = 0
+            for i in members:
+                count = len(encoders[i].readouts)
+                outputs[i] = encoders[i].combine(results[start : start + count])
+                start += count
     if encoders:
         warn_truncated(n_truncated, len(items), encoders[0].max_length, stacklevel=2)
     tensors = [out for out in outputs if out is not None]

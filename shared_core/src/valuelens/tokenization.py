@@ -6,7 +6,9 @@ Usage::
     batch = collate(items, pad_id=0, padding_side="right")   # tensors: input_ids, attention_mask, ...
 
 Each item records the token span ``[start, end)`` of the pooled copy of the text (all tokens when
-there is no prompt), so mean-type recipes pool over the text and never over the prompt.
+there is no prompt), so mean-type recipes pool over the text and never over the prompt. With a
+``placeholder`` token (Token Prepending) one more token goes right before the pooled copy (after a
+leading BOS when there is no prompt; the span then starts after it) and its position is recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ class TokenizedText:
     ids: tuple[int, ...]
     span: tuple[int, int]
     truncated: bool = False
+    marker: int | None = None
+    """Position of the Token Prepending placeholder, if any."""
+    aux: TokenizedText | None = None
+    """The same text under Contrastive Prompting's auxiliary prompt, if any."""
 
 
 def _fallback_token(tokenizer) -> int:
@@ -85,9 +91,16 @@ def tokenize(
     prompt: Prompt | None,
     template_index: int = 0,
     max_length: int,
+    placeholder: int | None = None,
 ) -> tuple[list[TokenizedText], int]:
     """Tokenize ``texts`` under ``prompt`` (template ``template_index``); return items and the number
-    of texts that were truncated to ``max_length`` tokens (the text is cut, the prompt is kept)."""
+    of texts that were truncated to ``max_length`` tokens (the text is cut, the prompt is kept).
+    ``placeholder``: a token id put before the pooled copy (Token Prepending), counted in ``max_length``."""
+    if placeholder is not None:
+        max_length -= 1
+        if max_length < 1:
+            msg = "max_length must leave room for Token Prepending's placeholder token (at least 2)"
+            raise ConfigError(msg)
     chosen = prompt or _IDENTITY
     whole = prompt is None
     copies = chosen.templates[template_index].count(PLACEHOLDER)
@@ -127,8 +140,29 @@ def tokenize(
         if not ids:  # an empty text with no prompt and no special tokens: embed the end-of-text token
             ids, span = [_fallback_token(tokenizer)], (0, 1)
         n_truncated += truncated
-        items.append(TokenizedText(tuple(ids), span, truncated))
+        marker = None
+        if placeholder is not None:
+            ids, span, marker = _insert_placeholder(tokenizer, ids, span, placeholder, whole)
+        items.append(TokenizedText(tuple(ids), span, truncated, marker))
     return items, n_truncated
+
+
+def _insert_placeholder(
+    tokenizer, ids: list[int], span: tuple[int, int], placeholder: int, whole: bool
+) -> tuple[list[int], tuple[int, int], int]:
+    """Put ``placeholder`` before the pooled copy; return ids, span and the placeholder's position."""
+    if whole:  # no prompt: after a leading BOS, and the pooled span is the text after the placeholder
+        bos = getattr(tokenizer, "bos_token_id", None)
+        at = 1 if len(ids) > 1 and bos is not None and ids[0] == bos else 0
+        return [*ids[:at], placeholder, *ids[at:]], (at + 1, len(ids) + 1), at
+    at = span[0]
+    return [*ids[:at], placeholder, *ids[at:]], (span[0] + 1, span[1] + 1), at
+
+
+def placeholder_token(tokenizer) -> int:
+    """The token id Token Prepending puts before the text (its state is overwritten from the first
+    prepend layer on): the end-of-text token, else another special token."""
+    return _fallback_token(tokenizer)
 
 
 @dataclass(frozen=True)
@@ -140,6 +174,10 @@ class Batch:
     position_ids: Tensor
     span_start: Tensor
     span_end: Tensor
+    marker: Tensor | None = None
+    """Position of each row's Token Prepending placeholder (padded coordinates), if any."""
+    aux: Batch | None = None
+    """The rows under Contrastive Prompting's auxiliary prompt, if any."""
 
 
 def collate(
@@ -159,4 +197,18 @@ def collate(
         start[row] = offset + item.span[0]
         end[row] = offset + item.span[1]
     position_ids = (mask.cumsum(dim=1) - 1).clamp_min(0)
-    return Batch(ids, mask, position_ids, start, end)
+    marker = None
+    if any(item.marker is not None for item in items):
+        if any(item.marker is None for item in items):
+            msg = "either every text of a batch has a Token Prepending placeholder or none does"
+            raise ValueError(msg)
+        offsets = [width - len(item.ids) if padding_side == "left" else 0 for item in items]
+        marker = torch.tensor([o + item.marker for o, item in zip(offsets, items, strict=True)])  # type: ignore[operator]
+    aux = None
+    if any(item.aux is not None for item in items):
+        auxes = [item.aux for item in items]
+        if any(a is None for a in auxes):
+            msg = "either every text of a batch has an auxiliary (contrast) prompt or none does"
+            raise ValueError(msg)
+        aux = collate([a for a in auxes if a is not None], pad_id=pad_id, padding_side=padding_side)
+    return Batch(ids, mask, position_ids, start, end, marker, aux)

@@ -16,6 +16,10 @@ paper's ablation baselines are ``+truncTAU`` (keep the first d/τ coordinates, M
 ``hs-final``   ``hs@last`` with ``final_norm=True``: the mean of ``last_hidden_state``, what plain
                mean pooling over a transformers model gives
 ============  ==========================================================
+
+Whole specs: ``best`` (or ``generic``) is that preset for the model evaluated
+(:mod:`valuelens.presets`), and a path ending in ``.json`` an ``EncoderConfig`` saved as JSON (every
+field: Token Prepending, Contrastive Prompting, fusion, post-processing).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class Variant:
     embed_filter: float | None = None
     reduction: str = "ef"  # ef (EmbedFilter), trunc or rand (its ablation baselines)
     final_norm: bool = False
+    preset: str | None = None  # a whole spec: the model's preset of this name
+    config: EncoderConfig | None = None  # a whole spec read from a JSON file
 
     def encoder_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -69,6 +75,19 @@ def parse_variant(spec: str) -> Variant:
     """Parse ``RECIPE[@LAYERS][:PROMPT][+efTAU]`` or a preset name (see the module docstring)."""
     text = spec.strip()
     key = text.lower()
+    if key in ("best", "generic"):
+        return Variant(label=text, recipe="", preset=key)
+    if key.endswith(".json"):
+        import json
+        from pathlib import Path
+
+        try:
+            data = json.loads(Path(text).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            msg = f"cannot read the spec file {text!r}: {exc}"
+            raise ConfigError(msg) from None
+        config = EncoderConfig.from_dict(data)
+        return Variant(label=Path(text).stem, recipe=config.recipe, config=config)
     base, _, suffix = key.partition("+")
     expanded = PRESETS.get(base, base) + (f"+{suffix}" if suffix else "")
     match = _PATTERN.match(expanded)

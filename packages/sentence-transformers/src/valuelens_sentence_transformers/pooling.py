@@ -26,6 +26,7 @@ How it fits into sentence-transformers (all work is done by the valuelens core):
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -37,11 +38,14 @@ from valuelens.config import FIELDS
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
 from valuelens.loading import prune_layers
+from valuelens.presets import BUILTIN_PREFIX, preset_for
+from valuelens.prompts import resolve_prompt
 from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, ValueTransformer
 
 __all__ = ["ValuePooling"]
 
 WEIGHTS_NAME = "model.safetensors"
+POSTPROCESS_NAME = "postprocess.safetensors"
 
 
 class ValuePooling(Module):
@@ -52,7 +56,10 @@ class ValuePooling(Module):
     (``"prompteol"``, ``"futureeol"``, ``"echo"`` or a ``{text}`` template; ``"metaeol"``'s eight passes
     need :class:`valuelens.Encoder`), ``embed_filter`` (τ, e.g. 2), ``embed_filter_offset``,
     ``max_length`` (``None``: the Transformer's ``max_seq_length``, sentence-transformers' rule),
-    ``combine`` and ``final_norm``.
+    ``combine``, ``final_norm``, Token Prepending (``prepend_layers``), Contrastive Prompting
+    (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion`` and ``postprocess``.
+    ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
+    the model is known; the fields given explicitly override it.
     """
 
     config_keys: list[str] = list(FIELDS)  # noqa: RUF012 - sentence-transformers declares it so
@@ -67,23 +74,56 @@ class ValuePooling(Module):
         max_length: int | None = None,
         combine: str = "mean",
         final_norm: bool = False,
+        prepend_layers: LayerSpec | None = None,
+        contrast_layer: int | None = None,
+        contrast_scale: float = 0.5,
+        contrast_prompt: str = "irrelevant",
+        fusion: Sequence[Any] = (),
+        postprocess: str | None = None,
+        *,
+        preset: str | None = None,
     ) -> None:
         super().__init__()
-        self.encoder_config = EncoderConfig(
-            recipe=recipe,
-            layers=layers,
-            prompt=prompt,
-            embed_filter=embed_filter,
-            embed_filter_offset=embed_filter_offset,
-            max_length=max_length,
-            combine=combine,  # type: ignore[arg-type]  # checked by EncoderConfig
-            final_norm=final_norm,
-        )
-        if self.encoder_config.prompt == "metaeol":
-            msg = "prompt='metaeol' needs eight forward passes per text; use valuelens.Encoder for it"
-            raise ConfigError(msg)
+        given = {
+            "recipe": recipe,
+            "layers": layers,
+            "prompt": prompt,
+            "embed_filter": embed_filter,
+            "embed_filter_offset": embed_filter_offset,
+            "max_length": max_length,
+            "combine": combine,
+            "final_norm": final_norm,
+            "prepend_layers": prepend_layers,
+            "contrast_layer": contrast_layer,
+            "contrast_scale": contrast_scale,
+            "contrast_prompt": contrast_prompt,
+            "fusion": fusion,
+            "postprocess": postprocess,
+        }
+        self.encoder_config = EncoderConfig.from_dict(given)
+        # with a preset, the fields given away from their defaults override it once the model is known
+        self._preset = preset
+        defaults = EncoderConfig()
+        self._overrides = {
+            k: v for k, v in self.encoder_config.to_dict().items() if v != defaults.to_dict()[k]
+        }
+        if preset is not None:
+            preset_for("unknown", 1, 1, preset)  # the name is checked now
+        self._check_passes(self.encoder_config)
         self._encoder: Encoder | None = None
         self._projection: torch.Tensor | None = None
+
+    @staticmethod
+    def _check_passes(config: EncoderConfig) -> None:
+        prompt = resolve_prompt(config.prompt)
+        passes = prompt.passes if prompt is not None else 1
+        if passes > 1:
+            msg = (
+                f"prompt={config.prompt!r} needs {passes} forward passes per text (one per template, averaged); "
+                "sentence-transformers runs one: use valuelens.Encoder (or the LangChain / LlamaIndex "
+                "adapters) for it"
+            )
+            raise ConfigError(msg)
 
     # ------------------------------------------------------------------ wiring
     def on_model_ready(self, model: Any) -> None:
@@ -103,6 +143,17 @@ class ValuePooling(Module):
         if getattr(backbone.config, "is_encoder_decoder", False):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"
             raise UnsupportedModelError(msg)
+        if self._preset is not None:  # the model is known now: its preset, then the explicit fields
+            text_config = backbone.config.get_text_config()
+            config = preset_for(
+                text_config.model_type,
+                int(text_config.num_hidden_layers),
+                int(text_config.hidden_size),
+                self._preset,
+            )
+            self.encoder_config = config.replace(**self._overrides)
+            self._check_passes(self.encoder_config)
+            self._preset = None
         try:  # without a saved filter the Encoder builds one from the model's unembedding matrix
             encoder = Encoder(
                 backbone, first.tokenizer, self.encoder_config, embed_filter=self._saved_filter()
@@ -113,7 +164,7 @@ class ValuePooling(Module):
                 f"{type(backbone).__name__} does not fit: {exc}"
             )
             raise UnsupportedModelError(msg) from exc
-        prune_layers(encoder.parts, max(encoder.layers) + 1)
+        prune_layers(encoder.parts, encoder.config.deepest_layer + 1)
         encoder.current_parts()  # located again over the pruned layers
         self.encoder_config = encoder.config  # saved with resolved layers: a reload selects the same
         if encoder.embed_filter is not None:
@@ -162,7 +213,10 @@ class ValuePooling(Module):
             )
             raise RuntimeError(msg)
         encoder = self.encoder
-        embedding = encoder.readout.finish(vectors, encoder.current_parts())
+        parts = encoder.current_parts()
+        embedding = encoder.combine(
+            [readout.finish(v, parts) for readout, v in zip(encoder.readouts, vectors, strict=True)]
+        )
         reference = features.get("token_embeddings")
         if isinstance(reference, torch.Tensor) and reference.is_floating_point():
             embedding = embedding.to(reference.dtype)
@@ -177,7 +231,16 @@ class ValuePooling(Module):
         return self.encoder_config.to_dict()
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
-        self.save_config(output_path)
+        config = self.encoder_config
+        reference = config.postprocess
+        if reference is not None and not reference.startswith(BUILTIN_PREFIX):
+            # the fitted state travels with the module: saved next to the config, named relatively
+            self.encoder.postprocess.save(os.path.join(output_path, POSTPROCESS_NAME))  # type: ignore[union-attr]
+            self.encoder_config = config.replace(postprocess=POSTPROCESS_NAME)
+        try:
+            self.save_config(output_path)
+        finally:
+            self.encoder_config = config
         if self._projection is not None:
             save_file(
                 {"embed_filter_projection": self._projection.detach().float().contiguous().cpu()},
@@ -203,7 +266,15 @@ class ValuePooling(Module):
             "revision": revision,
             "local_files_only": local_files_only,
         }
-        saved = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
+        saved = dict(cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs))
+        if saved.get("postprocess") == POSTPROCESS_NAME:
+            state = cls.load_file_path(
+                model_name_or_path, filename=POSTPROCESS_NAME, subfolder=subfolder, **hub_kwargs
+            )
+            if state is None:
+                msg = f"the saved ValuePooling names {POSTPROCESS_NAME!r} but the file is missing"
+                raise ConfigError(msg)
+            saved["postprocess"] = str(state)
         module = cls(**EncoderConfig.from_dict(saved).to_dict())  # data only: unknown keys are refused
         weights = cls.load_file_path(
             model_name_or_path, filename=WEIGHTS_NAME, subfolder=subfolder, **hub_kwargs

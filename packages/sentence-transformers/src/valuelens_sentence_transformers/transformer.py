@@ -35,8 +35,12 @@ __all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
 
 #: ``features`` key of the pooled token span ``[B, 2]`` (start, end) of each text.
 SPAN_KEY = "valuelens_span"
-#: ``features`` key of the captured per-layer vectors (a list of ``[B, F]`` tensors).
+#: ``features`` key of the captured per-layer vectors (per readout of the encoder, a list of ``[B, F]`` tensors).
 LAYER_VECTORS_KEY = "valuelens_layer_vectors"
+#: ``features`` key of each row's Token Prepending placeholder position ``[B]``.
+MARKER_KEY = "valuelens_marker"
+#: ``features`` key of the rows under Contrastive Prompting's auxiliary prompt (a valuelens ``Batch``).
+AUX_KEY = "valuelens_aux"
 
 
 class ValueTransformer(Transformer):
@@ -101,6 +105,10 @@ class ValueTransformer(Transformer):
         features = encoder.model_inputs(batch, batch.input_ids.device)
         del features["use_cache"]
         features[SPAN_KEY] = torch.stack([batch.span_start, batch.span_end], dim=1)
+        if batch.marker is not None:
+            features[MARKER_KEY] = batch.marker
+        if batch.aux is not None:
+            features[AUX_KEY] = batch.aux
         features["modality"] = "text"
         return features
 
@@ -119,10 +127,15 @@ class ValueTransformer(Transformer):
         if span is None:  # features made elsewhere: pool over every real token
             start = torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)
             span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
+        marker = features.pop(MARKER_KEY, None)
+        aux = features.pop(AUX_KEY, None)
+        aux_heads = encoder.contrast_heads(aux) if aux is not None else None
         # stop_early=False: the layers after the deepest selected one were pruned, nothing is left to skip
-        with encoder.capture(mask, span[:, 0], span[:, 1], stop_early=False) as session:
+        with encoder.capture(
+            mask, span[:, 0], span[:, 1], stop_early=False, marker=marker, aux_heads=aux_heads
+        ) as session:
             output = super().forward(features, **kwargs)
-        output[LAYER_VECTORS_KEY] = session.captures[0].layer_vectors()
+        output[LAYER_VECTORS_KEY] = [capture.layer_vectors() for capture in session.captures]
         return output
 
 

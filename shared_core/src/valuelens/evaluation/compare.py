@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from valuelens import EmbedFilter, Encoder, encode_many
 from valuelens.errors import ConfigError
 from valuelens.loading import build_embed_filter
+from valuelens.presets import preset_for
 from valuelens.shared import SharedEncoding
 from valuelens.variants import Variant
 
@@ -61,6 +62,17 @@ def variant_encoders(
     filters: dict[tuple[str, float], EmbedFilter] = {}
     encoders: dict[str, Encoder] = {}
     for variant in variants:
+        if variant.preset is not None or variant.config is not None:  # a whole spec
+            config = variant.config
+            if config is None:
+                parts = probe.parts
+                config = preset_for(parts.model_type, parts.n_layers, parts.hidden_size, str(variant.preset))
+            if max_length is not None:
+                config = config.replace(max_length=max_length)
+            encoders[variant.label] = Encoder(
+                probe.model, probe.tokenizer, config, name_or_path=probe.name_or_path
+            )
+            continue
         kwargs = variant.encoder_kwargs()
         tau = kwargs.pop("embed_filter")
         embed_filter = None

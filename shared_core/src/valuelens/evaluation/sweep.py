@@ -9,7 +9,9 @@ Usage::
         sweep.write(sweep_stem(Path("out/sweep"), sweep.recipe, 2), command="valuelens sweep stsb")
 
 A band's vector is the mean of its layers' vectors. The per-model ``layers="auto"`` defaults in
-:mod:`valuelens.layers` are the best bands this sweep found on STS-B dev.
+:mod:`valuelens.layers` are the best bands this sweep found on STS-B dev; ``run(..., propose=True)``
+(``valuelens sweep --propose``) adds the best band as a ready ``layers=`` value and the
+``AUTO_LAYERS`` entry for a new model to the report (``sweep.proposed_layers``, ``sweep.auto_entry()``).
 """
 
 from __future__ import annotations
@@ -49,11 +51,28 @@ class LayerSweep:
     per_layer: Sequence[float]
     bands: Mapping[tuple[int, int], float]
     min_width: int
+    #: the model's ``(model_type, n_layers, hidden_size)``: its key in :data:`valuelens.layers.AUTO_LAYERS`
+    model_key: tuple[str, int, int] | None = None
+    #: add the proposed ``layers=`` value and ``AUTO_LAYERS`` entry to the report
+    propose: bool = False
 
     @property
     def best(self) -> tuple[int, int]:
         """The highest-scoring band (the first of equals, in ``bands`` order)."""
         return max(self.bands, key=self.bands.__getitem__)
+
+    @property
+    def proposed_layers(self) -> str:
+        """The best band as a ``layers=`` value: ``"8-14"`` (one layer: ``"8"``)."""
+        a, b = self.best
+        return f"{a}-{b}" if b > a else str(a)
+
+    def auto_entry(self) -> str:
+        """The line to add to :data:`valuelens.layers.AUTO_LAYERS` that makes the best band this recipe's
+        ``layers="auto"`` on this model (``"*"`` would make it every recipe's)."""
+        a, b = self.best
+        key = self.model_key if self.model_key is not None else ("MODEL_TYPE", 0, 0)
+        return f"{key!r}: {{{self.recipe!r}: tuple(range({a}, {b + 1}))}},"
 
     def to_markdown(self, command: str) -> str:
         """The command, the per-layer table, the best band and the all-layer score."""
@@ -72,12 +91,21 @@ class LayerSweep:
             f"Best band (width >= {self.min_width}): layers {best[0]}-{best[1]}: {100 * self.bands[best]:.2f}",
             f"All layers: {100 * self.bands.get((0, n - 1), float('nan')):.2f}",
         ]
+        if self.propose:
+            lines += [
+                "",
+                f"Proposed `layers=` for {self.recipe} on this model: `{self.proposed_layers}` "
+                f"(`valuelens embed ... --recipe {self.recipe} --layers {self.proposed_layers}`).",
+                "To make it the `auto` default, add to `AUTO_LAYERS` in `valuelens/layers.py` (docs/analysis.md):",
+                "",
+                f"```python\n{self.auto_entry()}\n```",
+            ]
         return "\n".join(lines) + "\n"
 
     def to_dict(self, command: str) -> dict[str, Any]:
         """JSON-ready: the per-layer scores, the best band and every band's score (keys ``"a-b"``)."""
         best = self.best
-        return {
+        data: dict[str, Any] = {
             "command": command,
             "model": self.model,
             "recipe": self.recipe,
@@ -87,6 +115,11 @@ class LayerSweep:
             "best_band_score": self.bands[best],
             "bands": {f"{a}-{b}": s for (a, b), s in self.bands.items()},
         }
+        if self.propose:
+            data["proposed_layers"] = self.proposed_layers
+            data["model_key"] = list(self.model_key) if self.model_key is not None else None
+            data["auto_layers_entry"] = self.auto_entry()
+        return data
 
     def write(self, stem: Path, *, command: str) -> None:
         """Write ``stem.md``, ``stem.json`` and the curve ``stem.png``."""
@@ -113,6 +146,7 @@ class LayerSweeper:
         self.recipes = list(recipes)
         self.prompt = prompt
         self.n_layers = probe.parts.n_layers
+        self.model_key = (probe.parts.model_type, probe.parts.n_layers, probe.parts.hidden_size)
         self._shared = SharedEncoding(
             [
                 Encoder(probe.model, probe.tokenizer, recipe=recipe, layers=[i], prompt=prompt)
@@ -129,8 +163,10 @@ class LayerSweeper:
         limit: int | None = None,
         min_width: int = 3,
         batch_size: int = 32,
+        propose: bool = False,
     ) -> Iterator[LayerSweep]:
-        """Each recipe's sweep in turn: every layer, then every band at least ``min_width`` layers wide."""
+        """Each recipe's sweep in turn: every layer, then every band at least ``min_width`` layers wide;
+        ``propose`` adds the best band as a ``layers=`` value and an ``AUTO_LAYERS`` entry to the report."""
         n = self.n_layers
         for k, recipe in enumerate(self.recipes):
             offset = k * n
@@ -162,6 +198,8 @@ class LayerSweeper:
                 per_layer=per_layer,
                 bands=bands,
                 min_width=min_width,
+                model_key=self.model_key,
+                propose=propose,
             )
 
 

@@ -1,0 +1,588 @@
+"""Post-processing fitted on embeddings of unlabeled texts: centering, all-but-the-top, standardisation, whitening.
+
+Usage::
+
+    texts = unlabeled_texts("data/stsb/train.jsonl", fields=("sentence1", "sentence2"))
+    pp = Postprocess.fit_texts(encoder, texts, kind="abtt", k=1)   # embeds (un-normalized), then fits
+    emb = pp.transform(encoder.encode(queries, convert_to_tensor=True))   # [n, d] -> [n, pp.output_dim]
+    pp.save("abtt.safetensors"); pp = Postprocess.load("abtt.safetensors")
+    pp = Postprocess.fit(embeddings, kind="whiten", dim=256)       # from a [n, d] array or tensor
+
+With μ the mean of the fitting embeddings and C = (X - μ)ᵀ(X - μ) / n = U Λ Uᵀ their covariance
+(eigenvalues large to small), a fitted state maps an embedding x to:
+
+- ``"center"``: x - μ;
+- ``"abtt"``, all-but-the-top (Mu & Viswanath 2018): c = x - μ, then c - U_k U_kᵀ c, which removes the
+  projections on the top ``k`` principal components;
+- ``"standardize"``: (x - μ) / σ per dimension;
+- ``"whiten"``, PCA whitening: (x - μ) U_m Λ_m^{-1/2} with the first m = ``dim`` components (all d by
+  default). The output then has m dimensions and identity covariance on the fitting data.
+
+Statistics are population ones (divided by n), accumulated in fp64 and stored as fp32. Variances
+(σ², and eigenvalues when whitening) are floored at ``eps`` × their mean over dimensions, so a
+constant coordinate does not divide by zero. Eigenvector signs are fixed (largest entry positive), so
+a fit is reproducible. Fit only on unlabeled training text (e.g. STS-B train sentences), never on the
+texts a score is reported on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args, overload
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from valuelens.errors import ConfigError
+
+if TYPE_CHECKING:
+    from valuelens.encoder import Encoder
+
+__all__ = ["DEFAULT_EPS", "FORMAT", "KINDS", "Postprocess", "PostprocessKind", "unlabeled_texts"]
+
+PostprocessKind = Literal["center", "abtt", "standardize", "whiten"]
+KINDS: tuple[str, ...] = get_args(PostprocessKind)
+#: Variance floor, relative to the mean variance over dimensions.
+DEFAULT_EPS = 1e-6
+#: The ``format`` entry of a saved state's safetensors metadata, and its version.
+FORMAT = "valuelens.postprocess"
+FORMAT_VERSION = 1
+_CHUNK = 4096  # rows per fp64 block when accumulating statistics
+_TENSORS: dict[str, tuple[str, ...]] = {
+    "center": ("mean",),
+    "abtt": ("mean", "components"),
+    "standardize": ("mean", "scale"),
+    "whiten": ("mean", "matrix"),
+}
+
+
+def _check_kind(kind: Any) -> None:
+    if kind not in KINDS:
+        msg = f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}"
+        raise ConfigError(msg)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_settings(
+    kind: Any, k: Any = 1, dim: Any = None, eps: Any = DEFAULT_EPS, d: int | None = None
+) -> None:
+    """Validate ``kind``, ``k`` (abtt), ``dim`` (whiten) and ``eps``, and against ``d`` when known.
+
+    Raises :class:`ConfigError` naming the bad value. Usage: ``check_settings("whiten", dim=256)``.
+    """
+    _check_kind(kind)
+    if kind == "abtt":
+        if not _is_int(k) or k < 1:
+            msg = f"k (the principal components abtt removes) must be an int >= 1, got {k!r}; kind='center' removes none"
+            raise ConfigError(msg)
+        if d is not None and k >= d:
+            msg = f"k={k} would remove every direction of a {d}-dim embedding: use k < {d}"
+            raise ConfigError(msg)
+    if dim is not None:
+        if kind != "whiten":
+            msg = f"dim={dim!r} cuts the dimensions of kind='whiten' only; {kind!r} keeps all of them"
+            raise ConfigError(msg)
+        if not _is_int(dim) or dim < 1:
+            msg = f"dim must be a positive int or None (keep all), got {dim!r}"
+            raise ConfigError(msg)
+        if d is not None and dim > d:
+            msg = f"dim={dim} exceeds the {d} dimensions of the embeddings: use dim <= {d}"
+            raise ConfigError(msg)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        msg = f"eps (the variance floor, relative to the mean variance) must be in (0, 1), got {eps!r}"
+        raise ConfigError(msg)
+
+
+def min_samples(kind: str, k: int, dim: int | None, d: int) -> tuple[int, str]:
+    """How many embeddings ``kind`` needs to be fitted, and why."""
+    if kind == "abtt":
+        return k + 1, f"kind='abtt' with k={k} needs more than {k}"
+    if kind == "whiten":
+        m = d if dim is None else dim
+        cut = f"dim={dim}" if dim is not None else f"all {d} dimensions (dim=None)"
+        return m + 1, f"kind='whiten' with {cut} needs more than {m}"
+    return 2, f"kind={kind!r} needs at least 2"
+
+
+def _check_count(kind: str, k: int, dim: int | None, d: int, n: int, unit: str) -> None:
+    need, why = min_samples(kind, k, dim, d)
+    if n < need:
+        fix = {"abtt": " or a smaller k", "whiten": " or a smaller dim"}.get(kind, "")
+        msg = (
+            f"{why} {unit} to fit (n {unit} span at most n - 1 directions around their mean); "
+            f"got {n}: pass at least {need}{fix}"
+        )
+        raise ConfigError(msg)
+
+
+def _as_matrix(embeddings: Any) -> Tensor:
+    """``embeddings`` as a finite 2-D tensor (not copied when already one)."""
+    if isinstance(embeddings, np.ndarray):
+        x = torch.from_numpy(np.asarray(embeddings))
+    elif isinstance(embeddings, Tensor):
+        x = embeddings.detach()
+    else:
+        msg = f"embeddings must be a numpy array or a torch tensor [n, d], got {type(embeddings).__name__}"
+        raise TypeError(msg)
+    if x.dim() != 2 or x.shape[1] == 0:
+        msg = f"embeddings must be 2-D [n_texts, dim], got shape {tuple(x.shape)}"
+        raise ValueError(msg)
+    if x.is_complex() or x.dtype == torch.bool:
+        msg = f"embeddings must hold real numbers, got {x.dtype}"
+        raise ValueError(msg)
+    if x.is_floating_point():
+        bad = (~torch.isfinite(x)).any(dim=1).nonzero().flatten()
+        if len(bad):
+            rows = ", ".join(str(int(i)) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+            msg = (
+                f"embeddings hold NaN or inf in {len(bad)} of {x.shape[0]} rows (rows {rows}); a float16 "
+                "model can overflow: load it in float32 or bfloat16, or leave those texts out"
+            )
+            raise ValueError(msg)
+    if x.device.type not in ("cpu", "cuda"):  # e.g. MPS has no float64
+        x = x.cpu()
+    return x
+
+
+def _moments(x: Tensor, full: bool) -> tuple[Tensor, Tensor]:
+    """Mean ``[d]`` and population covariance ``[d, d]`` (``full``) or variances ``[d]``, in fp64 on CPU.
+
+    Two passes over row blocks (mean first, then centered products), so no fp64 copy of ``x`` is made
+    and a large mean does not cancel the variances."""
+    n, d = x.shape
+    total = torch.zeros(d, dtype=torch.float64, device=x.device)
+    for start in range(0, n, _CHUNK):
+        total += x[start : start + _CHUNK].to(torch.float64).sum(dim=0)
+    mean = total / n
+    second = torch.zeros((d, d) if full else (d,), dtype=torch.float64, device=x.device)
+    for start in range(0, n, _CHUNK):
+        block = x[start : start + _CHUNK].to(torch.float64) - mean
+        second += block.T @ block if full else (block * block).sum(dim=0)
+    return mean.cpu(), (second / n).cpu()
+
+
+def _principal(cov: Tensor) -> tuple[Tensor, Tensor]:
+    """Eigenvalues (large to small) and eigenvectors (columns) of ``cov``, each column's largest entry positive."""
+    values, vectors = torch.linalg.eigh(cov)
+    values, vectors = values.flip(0), vectors.flip(1)
+    peak = vectors.abs().argmax(dim=0)
+    signs = torch.sign(vectors[peak, torch.arange(vectors.shape[1])])
+    return values, vectors * torch.where(signs == 0, 1.0, signs)
+
+
+@dataclass(frozen=True, eq=False)
+class Postprocess:
+    """A fitted map of embeddings ``[..., input_dim] -> [..., output_dim]`` (see the module docstring).
+
+    Build one with :meth:`fit` (embeddings) or :meth:`fit_texts` (an encoder and texts), or
+    :meth:`load` a saved one; apply it with :meth:`transform`. The tensors are fp32 on CPU:
+    ``mean [d]`` always, plus ``components [k, d]`` (abtt), ``scale [d]`` (standardize, the floored
+    standard deviations) or ``matrix [d, dim]`` (whiten).
+    """
+
+    kind: PostprocessKind
+    mean: Tensor
+    components: Tensor | None = None
+    scale: Tensor | None = None
+    matrix: Tensor | None = None
+    eps: float = DEFAULT_EPS
+    n_fitted: int = 0
+    """How many embeddings the state was fitted on."""
+    fitted_on: str | None = None
+    """A free description of the fitting texts (``"11498 texts of train.jsonl"``)."""
+    model: str | None = None
+    """The model whose embeddings were fitted (name or path), when known."""
+    encoder_config: Mapping[str, Any] | None = None
+    """The fitting encoder's ``EncoderConfig.to_dict()``, when known: the spec this state belongs to."""
+    _placed: dict[torch.device, tuple[Tensor, Tensor | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        _check_kind(self.kind)
+        given = {name: getattr(self, name) for name in ("mean", "components", "scale", "matrix")}
+        wanted = _TENSORS[self.kind]
+        for name, value in given.items():
+            if name in wanted and not isinstance(value, Tensor):
+                msg = f"a {self.kind!r} Postprocess needs the tensor {name!r}, got {type(value).__name__}"
+                raise ConfigError(msg)
+            if name not in wanted and value is not None:
+                msg = f"a {self.kind!r} Postprocess holds {', '.join(wanted)}, not {name!r}"
+                raise ConfigError(msg)
+        mean = given["mean"]
+        if mean.dim() != 1 or mean.shape[0] == 0:
+            msg = f"mean must be 1-D [d], got shape {tuple(mean.shape)}"
+            raise ConfigError(msg)
+        d = mean.shape[0]
+        expected = {
+            "components": "[k, d] with 1 <= k < d",
+            "scale": "[d]",
+            "matrix": "[d, dim] with 1 <= dim <= d",
+        }
+        for name in wanted[1:]:
+            t = given[name]
+            assert t is not None
+            ok = {
+                "components": t.dim() == 2 and 1 <= t.shape[0] < d and t.shape[1] == d,
+                "scale": t.dim() == 1 and t.shape[0] == d,
+                "matrix": t.dim() == 2 and t.shape[0] == d and 1 <= t.shape[1] <= d,
+            }[name]
+            if not ok:
+                msg = f"{name} must be {expected[name]} for d={d}, got shape {tuple(t.shape)}"
+                raise ConfigError(msg)
+        for name in wanted:
+            t = given[name]
+            assert t is not None
+            if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+                msg = f"{name} must hold finite floats (got {t.dtype}, or NaN/inf values)"
+                raise ConfigError(msg)
+            object.__setattr__(self, name, t.detach().to("cpu", torch.float32).contiguous())
+        if self.scale is not None and not bool((self.scale > 0).all()):
+            msg = "scale (the standard deviations) must be positive"
+            raise ConfigError(msg)
+        check_settings(self.kind, self.k or 1, None, self.eps)
+        object.__setattr__(self, "eps", float(self.eps))
+        if not _is_int(self.n_fitted) or self.n_fitted < 0:
+            msg = f"n_fitted must be an int >= 0, got {self.n_fitted!r}"
+            raise ConfigError(msg)
+        for name in ("fitted_on", "model"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                msg = f"{name} must be a str or None, got {type(value).__name__}"
+                raise ConfigError(msg)
+        if self.encoder_config is not None:
+            if not isinstance(self.encoder_config, Mapping):
+                msg = f"encoder_config must be a mapping (EncoderConfig.to_dict()), got {type(self.encoder_config).__name__}"
+                raise ConfigError(msg)
+            object.__setattr__(self, "encoder_config", dict(self.encoder_config))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Ray, deepcopy) without the per-device copies: a CUDA copy must not travel."""
+        return {**self.__dict__, "_placed": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(
+        cls,
+        embeddings: np.ndarray | Tensor,
+        kind: PostprocessKind = "abtt",
+        k: int = 1,
+        dim: int | None = None,
+        *,
+        eps: float = DEFAULT_EPS,
+        fitted_on: str | None = None,
+        model: str | None = None,
+        encoder_config: Mapping[str, Any] | None = None,
+    ) -> Postprocess:
+        """Fit ``kind`` on ``embeddings`` ``[n, d]`` (numpy or torch, any device and float dtype).
+
+        ``k`` is the number of principal components ``"abtt"`` removes (other kinds ignore it);
+        ``dim`` the number of components ``"whiten"`` keeps (``None``: all d). Raises
+        :class:`ConfigError` for bad settings or too few rows, ``ValueError`` for NaN/inf rows.
+        """
+        check_settings(kind, k, dim, eps)
+        x = _as_matrix(embeddings)
+        n, d = x.shape
+        check_settings(kind, k, dim, eps, d)
+        _check_count(kind, k, dim, d, n, "embeddings")
+        mean, second = _moments(x, full=kind in ("abtt", "whiten"))
+        if kind != "center" and not float(second.diagonal().sum() if second.dim() == 2 else second.sum()) > 0:
+            msg = f"the {n} embeddings are all identical (zero variance): kind={kind!r} has nothing to fit"
+            raise ConfigError(msg)
+        tensors: dict[str, Tensor] = {}
+        if kind == "standardize":
+            floor = eps * float(second.mean())
+            tensors["scale"] = second.clamp_min(max(floor, torch.finfo(torch.float32).tiny)).sqrt()
+        elif kind in ("abtt", "whiten"):
+            values, vectors = _principal(second)
+            if kind == "abtt":
+                tensors["components"] = vectors[:, :k].T
+            else:
+                m = d if dim is None else dim
+                floor = max(eps * float(values.clamp_min(0).mean()), torch.finfo(torch.float32).tiny)
+                tensors["matrix"] = vectors[:, :m] / values[:m].clamp_min(floor).sqrt()
+        return cls(
+            kind,
+            mean,
+            **tensors,
+            eps=float(eps),
+            n_fitted=n,
+            fitted_on=fitted_on,
+            model=model,
+            encoder_config=encoder_config,
+        )
+
+    @classmethod
+    def fit_texts(
+        cls,
+        encoder: Encoder,
+        texts: Sequence[str],
+        kind: PostprocessKind = "abtt",
+        k: int = 1,
+        dim: int | None = None,
+        batch_size: int = 32,
+        *,
+        eps: float = DEFAULT_EPS,
+        fitted_on: str | None = None,
+        show_progress: bool = False,
+    ) -> Postprocess:
+        """Embed ``texts`` with ``encoder`` (un-normalized) and :meth:`fit` on them.
+
+        The count is checked before any forward pass; the state records the encoder's model and
+        config. Usage: ``Postprocess.fit_texts(encoder, train_sentences, kind="whiten", dim=128)``.
+        """
+        from valuelens.inputs import check_texts
+
+        if getattr(encoder, "postprocess", None) is not None:
+            msg = (
+                "this encoder already applies a post-processing; fit on the raw embeddings of an "
+                "encoder built without one"
+            )
+            raise ConfigError(msg)
+        items, _ = check_texts(texts, allow_single=False)
+        d = encoder.dimension
+        check_settings(kind, k, dim, eps, d)
+        _check_count(kind, k, dim, d, len(items), "texts")
+        embeddings = encoder.encode(
+            items, batch_size=batch_size, convert_to_tensor=True, show_progress=show_progress
+        )
+        return cls.fit(
+            embeddings,
+            kind,
+            k,
+            dim,
+            eps=eps,
+            fitted_on=fitted_on if fitted_on is not None else f"{len(items)} texts",
+            model=encoder.name_or_path,
+            encoder_config=encoder.config.to_dict(),
+        )
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def input_dim(self) -> int:
+        """The dimension of the embeddings it was fitted on (and takes)."""
+        return int(self.mean.shape[0])
+
+    @property
+    def output_dim(self) -> int:
+        """The dimension :meth:`transform` returns (``dim`` for whitening, else ``input_dim``)."""
+        return int(self.matrix.shape[1]) if self.matrix is not None else self.input_dim
+
+    @property
+    def k(self) -> int | None:
+        """The principal components ``"abtt"`` removes (``None`` for the other kinds)."""
+        return int(self.components.shape[0]) if self.components is not None else None
+
+    @property
+    def dim(self) -> int | None:
+        """The components ``"whiten"`` keeps (``None`` for the other kinds)."""
+        return self.output_dim if self.kind == "whiten" else None
+
+    # ------------------------------------------------------------------ applying
+    def _on(self, device: torch.device) -> tuple[Tensor, Tensor | None]:
+        """The mean and the kind's tensor on ``device`` (copied once per device, as ordinary tensors)."""
+        placed = self._placed.get(device)
+        if placed is None:
+            extra = self.components if self.components is not None else self.scale
+            extra = extra if extra is not None else self.matrix
+            with torch.inference_mode(False):  # not inference tensors, so autograd may use them later
+                placed = (
+                    self.mean.to(device),
+                    None if extra is None else extra.to(device),
+                )
+            self._placed[device] = placed
+        return placed
+
+    @overload
+    def transform(self, x: Tensor) -> Tensor: ...
+    @overload
+    def transform(self, x: np.ndarray) -> np.ndarray: ...
+
+    def transform(self, x: Any) -> Any:
+        """Map ``[..., input_dim]`` embeddings to ``[..., output_dim]`` fp32 on ``x``'s device.
+
+        Rows are independent (any batching gives the same result) and ``x`` is not modified; numpy in
+        gives numpy out. NaN/inf in a row stay in that row's output.
+        """
+        if isinstance(x, np.ndarray):
+            return self.transform(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))).numpy()
+        if not isinstance(x, Tensor):
+            msg = f"Postprocess.transform takes a torch tensor or a numpy array, got {type(x).__name__}"
+            raise TypeError(msg)
+        if x.dim() == 0 or x.shape[-1] != self.input_dim:
+            got = "a scalar" if x.dim() == 0 else f"{x.shape[-1]}-dim embeddings"
+            source = f" of {self.model!r}" if self.model else ""
+            msg = (
+                f"this {self.kind!r} Postprocess was fitted on {self.input_dim}-dim embeddings{source}, got "
+                f"{got}: fit it on embeddings of the same model, recipe and layers"
+            )
+            raise ConfigError(msg)
+        mean, extra = self._on(x.device)
+        centered = x.to(torch.float32) - mean
+        if self.kind == "center":
+            return centered
+        assert extra is not None
+        if self.kind == "abtt":
+            return centered - (centered @ extra.T) @ extra
+        if self.kind == "standardize":
+            return centered / extra
+        return centered @ extra
+
+    # ------------------------------------------------------------------ persistence
+    def config(self) -> dict[str, Any]:
+        """The kind and its parameters (JSON-safe), as saved in the file's metadata."""
+        return {
+            "kind": self.kind,
+            "k": self.k,
+            "dim": self.dim,
+            "eps": self.eps,
+            "input_dim": self.input_dim,
+            "output_dim": self.output_dim,
+            "n_fitted": self.n_fitted,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the state as one safetensors file (written aside, then renamed over ``path``); return it.
+
+        The tensors are the fp32 state; the metadata holds ``format``, ``kind``, ``params`` (JSON of
+        :meth:`config`) and, when known, ``fitted_on``, ``model`` and ``encoder_config`` (JSON).
+        """
+        from valuelens.io import replace_atomically
+
+        target = Path(path)
+        if target.is_dir():
+            msg = f"{str(target)!r} is a folder: Postprocess.save writes one file (e.g. state.safetensors)"
+            raise ConfigError(msg)
+        metadata = {
+            "format": FORMAT,
+            "format_version": str(FORMAT_VERSION),
+            "kind": self.kind,
+            "params": json.dumps(self.config()),
+        }
+        if self.fitted_on is not None:
+            metadata["fitted_on"] = self.fitted_on
+        if self.model is not None:
+            metadata["model"] = self.model
+        if self.encoder_config is not None:
+            metadata["encoder_config"] = json.dumps(self.encoder_config)
+        tensors = {name: getattr(self, name) for name in _TENSORS[self.kind]}
+        with replace_atomically(target) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Postprocess:
+        """Load a state written by :meth:`save`; raises :class:`ConfigError` naming what is wrong."""
+        source = Path(path)
+        if not source.is_file():
+            why = "is a folder" if source.is_dir() else "does not exist"
+            msg = f"no saved Postprocess at {str(source)!r}: it {why} (write one with `valuelens fit`)"
+            raise ConfigError(msg)
+        try:
+            with safe_open(str(source), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            msg = (
+                f"{str(source)!r} is not a readable safetensors file ({exc}); write one with `valuelens fit`"
+            )
+            raise ConfigError(msg) from exc
+        if metadata.get("format") != FORMAT:
+            msg = (
+                f"{str(source)!r} is a safetensors file but not a saved valuelens Postprocess (its metadata "
+                f"has no format={FORMAT!r}); write one with Postprocess.save or `valuelens fit`"
+            )
+            raise ConfigError(msg)
+        version = metadata.get("format_version", "")
+        if version != str(FORMAT_VERSION):
+            msg = f"{str(source)!r} has Postprocess format version {version!r}; this valuelens reads version {FORMAT_VERSION}"
+            raise ConfigError(msg)
+        kind: Any = metadata.get("kind")
+        _check_kind(kind)
+        try:
+            params = json.loads(metadata.get("params", ""))
+            config = json.loads(metadata["encoder_config"]) if "encoder_config" in metadata else None
+        except json.JSONDecodeError as exc:
+            msg = f"{str(source)!r} has corrupt Postprocess metadata ({exc})"
+            raise ConfigError(msg) from exc
+        if not isinstance(params, dict):
+            msg = f"{str(source)!r} has corrupt Postprocess metadata (params is not a JSON object)"
+            raise ConfigError(msg)
+        wanted = set(_TENSORS[kind])
+        if set(tensors) != wanted:
+            msg = (
+                f"{str(source)!r} holds the tensors {sorted(tensors)}, but a {kind!r} Postprocess "
+                f"holds {sorted(wanted)}"
+            )
+            raise ConfigError(msg)
+        state = cls(
+            kind,
+            tensors["mean"],
+            tensors.get("components"),
+            tensors.get("scale"),
+            tensors.get("matrix"),
+            eps=params.get("eps", DEFAULT_EPS),
+            n_fitted=params.get("n_fitted", 0),
+            fitted_on=metadata.get("fitted_on"),
+            model=metadata.get("model"),
+            encoder_config=config,
+        )
+        saved = {key: params.get(key) for key in ("k", "dim", "input_dim", "output_dim")}
+        actual = {key: state.config()[key] for key in saved}
+        if saved != actual:
+            msg = f"{str(source)!r} is inconsistent: its metadata says {saved}, its tensors give {actual}"
+            raise ConfigError(msg)
+        return state
+
+    def __repr__(self) -> str:
+        params = {"abtt": f", k={self.k}", "whiten": f", dim={self.dim}"}.get(self.kind, "")
+        fitted = f", fitted_on={self.fitted_on!r}" if self.fitted_on else ""
+        return f"Postprocess(kind={self.kind!r}{params}, {self.input_dim} -> {self.output_dim}{fitted})"
+
+
+def unlabeled_texts(
+    path: str | os.PathLike[str],
+    fields: str | Iterable[str] = ("text",),
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+) -> list[str]:
+    """The distinct texts of a file (first occurrence order), to fit a :class:`Postprocess` on.
+
+    ``.txt`` files give one text per non-blank line; ``.jsonl``, ``.csv`` and ``.parquet`` the
+    ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files). With
+    ``limit``, a seeded random sample of that many texts (in file order). A malformed line raises
+    :class:`valuelens.io.InputFileError`. Usage:
+    ``unlabeled_texts("data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
+    """
+    from valuelens.io import read_texts
+
+    names = [fields] if isinstance(fields, str) else list(fields)
+    if not names:
+        msg = "fields must name at least one text field"
+        raise ConfigError(msg)
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        msg = f"limit must be a positive int or None, got {limit!r}"
+        raise ConfigError(msg)
+    found: list[str] = []
+    for name in names:
+        found += read_texts(Path(path), field=name)[0]
+    texts = list(dict.fromkeys(found))
+    if limit is not None and limit < len(texts):
+        keep = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
+        texts = [texts[int(i)] for i in keep]
+    return texts

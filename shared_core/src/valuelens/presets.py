@@ -1,0 +1,111 @@
+"""Named specs per model: ``preset="best"`` is the recommended :class:`EncoderConfig` for a model.
+
+Usage::
+
+    enc = Encoder.from_pretrained("smollm2-135m", preset="best")
+    preset_config("best", "smollm2-135m")            # the EncoderConfig it loads
+    preset_config("best", "smollm2-135m").replace(max_length=256)
+
+A model is recognised by its architecture (``model_type``, layer count, hidden size: read from its
+config, no weights), like the per-model ``layers="auto"`` table. Every entry was chosen on the dev/train
+splits only (STS-B dev; the search is ``tools/tune_presets.py``, its tables in ``docs/presets/``); the
+test-split scores of each preset are in ``docs/results.md``. A model without an entry gets
+:data:`GENERIC` (AlignedWVA under FutureEOL at the 50-85 % depth band, the Value Aggregation paper's
+best one-pass recipe), documented as such.
+
+A fitted post-processing state shipped with the package is named ``"builtin:NAME"``
+(``valuelens/data/postprocess/NAME.safetensors``).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from valuelens.config import EncoderConfig
+from valuelens.errors import ConfigError
+
+if TYPE_CHECKING:
+    from valuelens.postprocess import Postprocess
+
+__all__ = ["GENERIC", "PRESETS", "PRESET_NAMES", "load_postprocess", "preset_config", "preset_for"]
+
+#: The spec of ``preset="best"`` for a model without its own entry.
+GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
+
+#: Per architecture ``(model_type, n_layers, hidden_size)``: the preset name → the spec's fields.
+PRESETS: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {}
+
+PRESET_NAMES = ("best", "generic")
+BUILTIN_PREFIX = "builtin:"
+
+
+def preset_for(model_type: str, n_layers: int, hidden_size: int, name: str = "best") -> EncoderConfig:
+    """The spec ``name`` for an architecture (``"generic"``: :data:`GENERIC` for every model)."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in PRESET_NAMES:
+        msg = f"unknown preset {name!r}: choose one of {', '.join(map(repr, PRESET_NAMES))}"
+        raise ConfigError(msg)
+    fields = (
+        GENERIC
+        if key == "generic"
+        else PRESETS.get((model_type, n_layers, hidden_size), {}).get(key, GENERIC)
+    )
+    return EncoderConfig.from_dict(fields)
+
+
+def preset_config(name: str, model: str | os.PathLike[str] | None = None, **overrides: Any) -> EncoderConfig:
+    """The spec of preset ``name`` for ``model`` (a bundled name, a folder or a hub id; ``None``: the
+    default model), read from its config (no weights), with ``overrides`` applied."""
+    from valuelens import models
+    from valuelens.loading import load_config
+
+    text_config = load_config(models.path(model)).get_text_config()
+    config = preset_for(
+        text_config.model_type, int(text_config.num_hidden_layers), int(text_config.hidden_size), name
+    )
+    return config.replace(**overrides) if overrides else config
+
+
+def _builtin_path(name: str) -> Path:
+    path = Path(str(resources.files("valuelens") / "data" / "postprocess" / f"{name}.safetensors"))
+    if not path.is_file():
+        msg = f"no built-in post-processing state {name!r} (looked for {path})"
+        raise ConfigError(msg)
+    return path
+
+
+def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Postprocess:
+    """Load the fitted state ``reference`` names (a ``.safetensors`` path or ``"builtin:NAME"``).
+
+    When the state records the spec it was fitted for, the recipe-defining fields must match ``config``.
+    """
+    from valuelens.postprocess import Postprocess
+
+    path = (
+        _builtin_path(reference[len(BUILTIN_PREFIX) :])
+        if reference.startswith(BUILTIN_PREFIX)
+        else Path(reference)
+    )
+    state = Postprocess.load(path)
+    fitted_for = state.encoder_config
+    if config is not None and fitted_for:
+        wanted = config.replace(postprocess=None)
+        try:
+            recorded = EncoderConfig.from_dict({**fitted_for, "postprocess": None})
+        except ConfigError:
+            recorded = None
+        if recorded is not None:
+            differing = [
+                item
+                for item in recorded.diff(wanted)
+                if not item.startswith(("max_length", "layers"))  # layers: "auto" vs resolved tuples
+            ]
+            if differing:
+                msg = f"the post-processing state {reference!r} was fitted for another spec: " + "; ".join(
+                    differing
+                )
+                raise ConfigError(msg)
+    return state
