@@ -77,7 +77,9 @@ def main() -> None:
         pool = list(dict.fromkeys(t for r in train_rows for t in (r["sentence1"], r["sentence2"])))
         rng = np.random.default_rng(0)
         train = [pool[i] for i in sorted(rng.choice(len(pool), args.train_texts, replace=False))]
-        fitted_vecs = encode_many([encoders[i] for i in fit_on], train, batch_size=32, max_tokens_per_batch=4096)
+        fitted_vecs = encode_many(
+            [encoders[i] for i in fit_on], train, batch_size=32, max_tokens_per_batch=4096
+        )
         train_vecs = {i: np.asarray(v) for i, v in zip(fit_on, fitted_vecs, strict=True)}
     default = EncoderConfig().to_dict()
     for i, (spec, vec, pp) in enumerate(zip(specs, vectors, post, strict=True)):

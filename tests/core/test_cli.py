@@ -359,7 +359,13 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     reference = Encoder.from_pretrained(model_dir, preset="best")
     np.testing.assert_allclose(np.load(out), reference.encode(CORPUS, normalize=True), atol=1e-5)
-    spec = {"recipe": "last-token", "prompt": "pcot", "layers": [2], "prepend_layers": [1], "contrast_layer": 1}
+    spec = {
+        "recipe": "last-token",
+        "prompt": "pcot",
+        "layers": [2],
+        "prepend_layers": [1],
+        "contrast_layer": 1,
+    }
     spec_file = tmp_path / "recipe-spec.json"
     spec_file.write_text(json.dumps(spec))
     out = tmp_path / "spec.parquet"
@@ -373,7 +379,16 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
     lines = found.output.strip().splitlines()
     assert lines[lines.index(CORPUS[3]) + 1].strip().endswith(CORPUS[3])
     both = _invoke(
-        "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best", "--config", str(spec_file)
+        "embed",
+        str(source),
+        "-o",
+        str(out),
+        "--model",
+        model_dir,
+        "--preset",
+        "best",
+        "--config",
+        str(spec_file),
     )
     assert both.exit_code != 0 and "either --preset or --config" in both.output
     assert parse_variant(str(spec_file)).config == EncoderConfig.from_dict(spec)
