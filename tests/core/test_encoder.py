@@ -386,7 +386,7 @@ def test_plan_batches_respects_the_token_budget_and_the_batch_size():
 def test_token_budget_batching_gives_the_same_vectors(tiny_llama, tiny_tokenizer, recipe):
     enc = Encoder(tiny_llama, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol")
     texts = [*CORPUS, "word " * 60, "short", "a medium sentence about several things " * 3]
-    fixed = enc.encode(texts, batch_size=64)
+    fixed = enc.encode(texts, batch_size=64, max_tokens_per_batch=None)
     shapes: list[tuple[int, int]] = []
     handle = enc.parts.layers[0].register_forward_pre_hook(lambda m, a: shapes.append(tuple(a[0].shape[:2])))
     try:
@@ -397,3 +397,20 @@ def test_token_budget_batching_gives_the_same_vectors(tiny_llama, tiny_tokenizer
     assert len(shapes) > 1 and all(rows == 1 or rows * width <= 96 for rows, width in shapes)
     with pytest.raises(ValueError, match="max_tokens_per_batch"):
         enc.encode(texts, max_tokens_per_batch=0)
+
+
+def test_the_token_budget_is_on_by_default(tiny_llama, tiny_tokenizer):
+    """On CPU ``max_tokens_per_batch="auto"`` is 2048 padded tokens: long texts go in smaller batches."""
+    from valuelens.inputs import token_budget
+
+    enc = Encoder(tiny_llama, tiny_tokenizer, recipe="va", layers="all", max_length=200)
+    texts = ["word " * 60] * 40 + CORPUS
+    shapes: list[tuple[int, int]] = []
+    handle = enc.parts.layers[0].register_forward_pre_hook(lambda m, a: shapes.append(tuple(a[0].shape[:2])))
+    try:
+        default = enc.encode(texts, batch_size=64)
+    finally:
+        handle.remove()
+    assert token_budget("auto", "cpu") == 2048 and token_budget(None, "cpu") is None
+    assert len(shapes) > 1 and all(rows * width <= 2048 for rows, width in shapes)
+    np.testing.assert_allclose(default, enc.encode(texts, batch_size=64, max_tokens_per_batch=None), atol=1e-5)

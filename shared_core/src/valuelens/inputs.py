@@ -67,13 +67,29 @@ def _check_encodable(text: str, name: str) -> None:
         raise ValueError(msg) from exc
 
 
+#: ``max_tokens_per_batch="auto"``: padded tokens per batch by device type (CPU: measured best on the
+#: STS-B + SciFact length mix, docs/performance.md; accelerators: large batches, the budget only splits
+#: batches of long texts).
+AUTO_TOKEN_BUDGET: dict[str, int] = {"cpu": 2048}
+AUTO_TOKEN_BUDGET_ACCELERATOR = 16384
+
+
 def check_token_budget(max_tokens: Any) -> None:
-    """``max_tokens_per_batch`` must be ``None`` or a positive int (``ValueError`` naming it otherwise)."""
+    """``max_tokens_per_batch`` must be ``"auto"``, ``None`` or a positive int (``ValueError`` naming it otherwise)."""
+    if max_tokens == "auto" and isinstance(max_tokens, str):
+        return
     if max_tokens is not None and (
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
-        msg = f"max_tokens_per_batch must be a positive int or None, got {max_tokens!r}"
+        msg = f"max_tokens_per_batch must be 'auto', a positive int or None (no budget), got {max_tokens!r}"
         raise ValueError(msg)
+
+
+def token_budget(max_tokens: int | str | None, device_type: str) -> int | None:
+    """The token budget ``max_tokens`` means on a device type (``"auto"`` resolved)."""
+    if max_tokens == "auto":
+        return AUTO_TOKEN_BUDGET.get(device_type, AUTO_TOKEN_BUDGET_ACCELERATOR)
+    return max_tokens  # type: ignore[return-value]
 
 
 def check_batch_size(batch_size: Any) -> None:

@@ -16,6 +16,7 @@ every encoder at once and later views read the cache.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from valuelens.encoder import Encoder, warn_truncated
-from valuelens.inputs import check_batch_size, check_texts, check_token_budget
+from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
 
 __all__ = ["SharedEncoding", "encode_many"]
 
@@ -51,7 +52,7 @@ def encode_many(
     normalize: bool = False,
     show_progress: bool = False,
     convert_to_tensor: bool = False,
-    max_tokens_per_batch: int | None = None,
+    max_tokens_per_batch: int | Literal["auto"] | None = "auto",
 ) -> list[np.ndarray] | list[Tensor]:
     """Embed ``texts`` with several encoders, sharing forward passes where they can.
 
@@ -83,7 +84,7 @@ def encode_many(
                 items,
                 readouts,
                 batch_size=batch_size,
-                max_tokens_per_batch=max_tokens_per_batch,
+                max_tokens_per_batch=token_budget(max_tokens_per_batch, leader.device.type),
                 progress=progress,
             )
             n_truncated = max(n_truncated, truncated)
