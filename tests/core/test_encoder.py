@@ -413,4 +413,6 @@ def test_the_token_budget_is_on_by_default(tiny_llama, tiny_tokenizer):
         handle.remove()
     assert token_budget("auto", "cpu") == 2048 and token_budget(None, "cpu") is None
     assert len(shapes) > 1 and all(rows * width <= 2048 for rows, width in shapes)
-    np.testing.assert_allclose(default, enc.encode(texts, batch_size=64, max_tokens_per_batch=None), atol=1e-5)
+    np.testing.assert_allclose(
+        default, enc.encode(texts, batch_size=64, max_tokens_per_batch=None), atol=1e-5
+    )
