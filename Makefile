@@ -33,8 +33,8 @@ test: install
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check shared_core packages tests tools
-	$(BIN)/ruff format --check shared_core packages tests tools
+	$(BIN)/ruff check shared_core packages tests tools bench
+	$(BIN)/ruff format --check shared_core packages tests tools bench
 	# type check shared_core/src and packages/*/src (the files and settings are in pyproject.toml [tool.mypy])
 	$(BIN)/mypy
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -69,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--rows", default="all", help="row keys and groups, comma-separated")
     parser.add_argument("--json", type=Path, default=None, help="write the report as JSON here")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows already in --json (a run cut short) and measure the rest",
+    )
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables as markdown here")
     isolation = parser.add_mutually_exclusive_group()
     isolation.add_argument(
@@ -118,7 +124,22 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     keys = select_rows(args.rows)
 
+    done: list[dict] = []
+    if args.resume and args.json and args.json.exists():
+        saved = json.loads(args.json.read_text(encoding="utf-8"))
+        wanted = dataclasses.asdict(settings)
+        if saved.get("meta", {}).get("settings", wanted) != wanted:
+            raise SystemExit(f"--resume: {args.json} was written with other settings")
+        done = [r for r in saved.get("rows", []) if r.get("status") in ("ok", "skipped")]
+    earlier = list(done)
+
     def progress(row: dict) -> None:
+        done.append(row)
+        if args.json:  # the rows so far, in case the run is cut short (a time limit, a kill)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            meta = {"command": command, "partial": True, "settings": dataclasses.asdict(settings)}
+            partial = {"meta": meta, "rows": done}
+            args.json.write_text(json.dumps(partial, indent=2) + "\n", encoding="utf-8")
         shown = (
             f"{row['texts_per_s']:.2f} texts/s, peak {row['peak_mib']:.0f} MiB"
             if "texts_per_s" in row
@@ -126,9 +147,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         )
         print(f"  {row['key']}: {row['status']} {shown}", file=sys.stderr, flush=True)
 
-    with _quiet():
-        report = run_suite(settings, keys, in_process=args.in_process, progress=progress)
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    with _quiet():
+        report = run_suite(settings, keys, in_process=args.in_process, progress=progress, done=earlier)
     report["meta"]["command"] = command
     text = to_markdown(report, command)
     print(text)

@@ -513,7 +513,7 @@ def build_llamaindex_va(ctx: Context) -> Prepared:
     except ImportError as exc:
         raise Skip(f"llama_index.embeddings.valuelens is not importable ({exc})") from None
     encoder = ctx.encoder(recipe="va")
-    embeddings = ValueLensEmbedding(encoder=encoder, embed_batch_size=ctx.settings.batch_size)
+    embeddings = ValueLensEmbedding(encoder=encoder, batch_size=ctx.settings.batch_size)
 
     def run(texts: Sequence[str]) -> None:
         embeddings.get_text_embedding_batch(list(texts))
@@ -522,7 +522,7 @@ def build_llamaindex_va(ctx: Context) -> Prepared:
         run,
         _encoder_tokens(encoder, ctx.texts),
         _span(encoder.layers),
-        note="LlamaIndex's chunks of embed_batch_size",
+        note="LlamaIndex's chunks of embed_batch_size (256 by default)",
     )
 
 
@@ -746,16 +746,23 @@ def run_suite(
     *,
     in_process: bool | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    done: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Measure ``keys`` on the same texts; returns ``{"meta", "rows", "targets"}`` with the ratios."""
+    """Measure ``keys`` on the same texts; returns ``{"meta", "rows", "targets"}`` with the ratios.
+    Rows in ``done`` (measured earlier in a run cut short, same settings) are kept, not measured again."""
     ctx = Context(settings, shared=True)  # texts and layers; a model is loaded only in process
     if in_process is None:
         in_process = ctx.device.type != "cpu"
     load_start = _load_average()
+    kept = {r["key"]: r for r in done if r.get("status") in ("ok", "skipped")}
     with cpu_threads(settings.threads):
-        rows = _run_rows(ctx, settings, keys, in_process, progress)
+        fresh = _run_rows(ctx, settings, [k for k in keys if k not in kept], in_process, progress)
+    measured = {r["key"]: r for r in fresh}
+    rows = [kept.get(k) or measured[k] for k in keys]
     add_ratios(rows)
     meta = {**_meta(ctx, in_process), "load_average": {"start": load_start, "end": _load_average()}}
+    if kept:
+        meta["resumed_rows"] = sorted(kept)
     return {"meta": meta, "rows": rows, "targets": targets(rows, ctx)}
 
 
@@ -939,6 +946,10 @@ def to_markdown(report: dict[str, Any], command: str | None = None) -> str:
         f"{meta['cpu_threads']} threads; load average {meta['load_average']['start']} → {meta['load_average']['end']}); {meta['isolation']}; {meta['date']}; torch {meta['versions']['torch']}, "
         f"transformers {meta['versions']['transformers']}"
     )
+    if meta.get("resumed_rows"):
+        lines.append(
+            f"(rows {', '.join(meta['resumed_rows'])} measured by an earlier, interrupted run of the same command)"
+        )
     lines.append("")
     main = [r for r in rows if r["group"] not in ("batching", "embed-filter")]
     if main:

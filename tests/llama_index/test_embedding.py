@@ -60,7 +60,8 @@ def test_field_defaults() -> None:
     assert fields["recipe"].default == "va"
     assert fields["layers"].default == "auto"
     assert fields["normalize"].default is True
-    assert fields["embed_batch_size"].default == package.DEFAULT_EMBED_BATCH_SIZE == 32
+    assert fields["embed_batch_size"].default == package.DEFAULT_EMBED_BATCH_SIZE == 256
+    assert fields["batch_size"].default == 32
     for name in (
         "prompt",
         "query_instruction",

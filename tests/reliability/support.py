@@ -107,7 +107,13 @@ def build_surface(name: str, encoder: Encoder, model_dir: str, *, batch_size: in
     if name == "llama-index":
         from llama_index.embeddings.valuelens import ValueLensEmbedding
 
-        li = ValueLensEmbedding(encoder=encoder, embed_batch_size=batch_size, normalize=False, num_workers=4)
+        li = ValueLensEmbedding(
+            encoder=encoder,
+            embed_batch_size=batch_size,
+            batch_size=batch_size,
+            normalize=False,
+            num_workers=4,
+        )
 
         async def aembed(texts):
             return _arr(await li.aget_text_embedding_batch(texts))

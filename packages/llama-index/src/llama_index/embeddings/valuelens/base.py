@@ -29,8 +29,11 @@ from valuelens.settings import EncoderSettings, load_encoder, prepare_fields
 
 __all__ = ["DEFAULT_EMBED_BATCH_SIZE", "ValueLensEmbedding"]
 
-#: Texts per forward pass (and per LlamaIndex batch / callback event); ``Encoder.encode``'s default.
-DEFAULT_EMBED_BATCH_SIZE = 32
+#: Texts per LlamaIndex batch (one callback event). Larger than a forward pass: valuelens sorts each
+#: batch by length and packs it into forward passes by its token budget, which works best on many texts.
+DEFAULT_EMBED_BATCH_SIZE = 256
+#: Texts per forward pass at most; ``Encoder.encode``'s default.
+DEFAULT_BATCH_SIZE = 32
 
 T = TypeVar("T")
 
@@ -85,7 +88,15 @@ class ValueLensEmbedding(BaseEmbedding, EncoderSettings):
         default=DEFAULT_EMBED_BATCH_SIZE,
         gt=0,
         le=2048,
-        description="Texts per forward pass (also the size of LlamaIndex's batches and callback events).",
+        description=(
+            "Texts per LlamaIndex batch (one callback event); valuelens sorts each batch by length and "
+            "cuts it into forward passes of at most batch_size texts under its token budget."
+        ),
+    )
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        gt=0,
+        description="Texts per forward pass at most (the token budget makes batches of long texts smaller).",
     )
 
     _encoder: Encoder = PrivateAttr()
@@ -165,7 +176,7 @@ class ValueLensEmbedding(BaseEmbedding, EncoderSettings):
             return []
         if instruction:
             texts = [instruction + text for text in texts]
-        vectors = self._encoder.encode(texts, batch_size=self.embed_batch_size, normalize=self.normalize)
+        vectors = self._encoder.encode(texts, batch_size=self.batch_size, normalize=self.normalize)
         return vectors.tolist()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ValueLensEmbedding:

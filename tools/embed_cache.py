@@ -1,0 +1,122 @@
+"""Embed the tuning and report sets once per spec and keep the raw vectors, to score combinations offline.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python tools/embed_cache.py --model smollm2-135m --specs specs.json --out /tmp/cache/smollm2 \
+        --sets dev,train,lee,fitdocs [--sets test]
+
+``specs.json`` maps a name to an ``EncoderConfig`` dict without ``postprocess`` (the raw vectors are
+what a post-processing is fitted on). Specs that share a forward pass run together
+(:func:`valuelens.encode_many`). Each set is written as ``OUT/NAME.SET.npy`` (float32, un-normalized)
+with ``OUT/SET.json`` holding the texts (and, for STS sets, the pair indices and gold scores).
+
+Sets: ``dev`` (a seeded 600-pair sample of STS-B dev, the one ``tools/tune_presets.py`` uses),
+``train`` (2000 seeded STS-B train sentences, unlabeled), ``test`` (all STS-B test pairs),
+``lee`` (the 50 Lee documents and the pair scores), ``fitdocs`` (unlabeled text that is not a
+reported set: 400 seeded Banking77 train queries, 400 Emotion train texts and 400 SciFact abstracts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from valuelens import Encoder, EncoderConfig, encode_many, models
+from valuelens.loading import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+
+
+def _jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _sample(items: list, n: int, seed: int = 0) -> list:
+    if n >= len(items):
+        return items
+    keep = sorted(np.random.default_rng(seed).choice(len(items), n, replace=False))
+    return [items[i] for i in keep]
+
+
+def _sts(split: str, limit: int | None) -> dict:
+    rows = _jsonl(DATA / "stsb" / f"{split}.jsonl")
+    if limit:
+        rows = _sample(rows, limit)
+    texts = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
+    index = {t: i for i, t in enumerate(texts)}
+    return {
+        "texts": texts,
+        "a": [index[r["sentence1"]] for r in rows],
+        "b": [index[r["sentence2"]] for r in rows],
+        "gold": [r["score"] for r in rows],
+    }
+
+
+def build_set(name: str) -> dict:
+    """The texts (and pairs) of one named set."""
+    if name == "dev":
+        return _sts("dev", 600)
+    if name == "test":
+        return _sts("test", None)
+    if name == "train":
+        rows = _jsonl(DATA / "stsb" / "train.jsonl")
+        pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
+        return {"texts": _sample(pool, 2000)}
+    if name == "lee":
+        docs = _jsonl(DATA / "lee" / "docs.jsonl")
+        pairs = _jsonl(DATA / "lee" / "test.jsonl")
+        ids = {d["id"]: i for i, d in enumerate(docs)}
+        return {
+            "texts": [d["text"] for d in docs],
+            "a": [ids[p["id1"]] for p in pairs],
+            "b": [ids[p["id2"]] for p in pairs],
+            "gold": [p["score"] for p in pairs],
+        }
+    if name == "fitdocs":
+        banking = [r["text"] for r in _jsonl(DATA / "banking77" / "train.jsonl")]
+        emotion = [r["text"] for r in _jsonl(DATA / "emotion" / "train.jsonl")]
+        corpus = _jsonl(DATA / "scifact" / "corpus.jsonl.gz")
+        abstracts = [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
+        texts = _sample(banking, 400) + _sample(emotion, 400) + _sample(abstracts, 400)
+        return {"texts": list(dict.fromkeys(texts))}
+    msg = f"unknown set {name!r}"
+    raise SystemExit(msg)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--specs", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--sets", default="dev,train,lee,fitdocs")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    specs = json.loads(Path(args.specs).read_text())
+    model, tokenizer = load_model(models.path(args.model), device="cpu")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for set_name in args.sets.split(","):
+        data = build_set(set_name)
+        (args.out / f"{set_name}.json").write_text(json.dumps(data))
+        todo = [n for n in specs if not (args.out / f"{n}.{set_name}.npy").exists()]
+        if not todo:
+            continue
+        encoders = [
+            Encoder(model, tokenizer, EncoderConfig.from_dict(specs[n]), name_or_path=args.model)
+            for n in todo
+        ]
+        vectors = encode_many(encoders, data["texts"], batch_size=32, show_progress=True)
+        for name, vec in zip(todo, vectors, strict=True):
+            np.save(args.out / f"{name}.{set_name}.npy", np.asarray(vec, dtype=np.float32))
+        print(f"{set_name}: {len(data['texts'])} texts, specs {todo}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Score combinations of cached raw embeddings (``tools/embed_cache.py``) offline: prompt-pass
+averages, fusion weights and post-processings fitted on different unlabeled corpora.
+
+Usage::
+
+    python tools/score_cache.py /tmp/cache/smollm2 "awva-fe" "awva-fe+awva-pe" "awva-fe|va-fe:0.7" \
+        --post none,abtt:2@train,abtt:2@train+fitdocs --sets dev,lee
+
+A combination is ``A+B`` (prompt passes averaged, as a multi-template prompt does) or ``A|B:w``
+(fusion: L2-normalized, B scaled by w, concatenated); a post-processing is ``KIND[:K]@CORPUS[+CORPUS]``
+fitted on the combination's vectors of those cached sets (never a reported set). Prints Spearman ×100
+of the cosine per set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from valuelens.postprocess import Postprocess
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
+    """The vectors of ``combo`` on ``set_name``."""
+    parts = []
+    for fused in combo.split("|"):
+        name, _, weight = fused.partition(":")
+        passes = [np.load(cache / f"{n}.{set_name}.npy").astype(np.float64) for n in name.split("+")]
+        vec = passes[0] if len(passes) == 1 else np.mean([_unit(p) for p in passes], axis=0)
+        parts.append((vec, float(weight) if weight else 1.0))
+    if len(parts) == 1:
+        return parts[0][0]
+    return np.concatenate([_unit(v) * w for v, w in parts], axis=1)
+
+
+def score(vec: np.ndarray, data: dict) -> float:
+    a, b = _unit(vec[data["a"]]), _unit(vec[data["b"]])
+    return float(spearmanr((a * b).sum(1), data["gold"]).statistic) * 100
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("cache", type=Path)
+    parser.add_argument("combos", nargs="+")
+    parser.add_argument("--post", default="none")
+    parser.add_argument("--sets", default="dev,lee")
+    args = parser.parse_args()
+    sets = {s: json.loads((args.cache / f"{s}.json").read_text()) for s in args.sets.split(",")}
+    print("| combination | post-processing | " + " | ".join(sets) + " |")
+    print("|---|---|" + "---:|" * len(sets))
+    for combo in args.combos:
+        for post in args.post.split(","):
+            fitted = None
+            if post != "none":
+                kind_k, _, corpus = post.partition("@")
+                kind, _, k = kind_k.partition(":")
+                fit_vecs = np.concatenate([combine(args.cache, combo, c) for c in corpus.split("+")])
+                kw = {"k": int(k)} if k else {}
+                fitted = Postprocess.fit(fit_vecs, kind=kind, **kw)
+            cells = []
+            for name, data in sets.items():
+                vec = combine(args.cache, combo, name)
+                if fitted is not None:
+                    vec = fitted.transform(torch.from_numpy(vec).float()).double().numpy()
+                cells.append(f"{score(vec, data):.2f}")
+            print(f"| {combo} | {post} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
