@@ -314,6 +314,14 @@ def glance(sts: Scores) -> list[str]:
     return lines
 
 
+def _section(path: Path) -> list[str]:
+    """A hand-written section kept in its own file (``docs/results/presets.md``: the preset table,
+    its commands and what it shows), or nothing when the file is absent."""
+    if not path.exists():
+        return []
+    return [path.read_text(encoding="utf-8").strip(), ""]
+
+
 def update_readme(table: list[str]) -> None:
     """Replace the block between the README's results markers with ``table``."""
     readme = ROOT / "README.md"
@@ -359,6 +367,7 @@ def main() -> None:
         "",
         *glance(sts),
         "",
+        *_section(RESULTS / "presets.md"),
         "## Targets",
         "",
         *targets(sts, meta),
