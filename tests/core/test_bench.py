@@ -85,6 +85,24 @@ def test_suite_end_to_end(tiny_dir, tmp_path, capsys):
     assert "| EmbedFilter τ=2 |" in printed and "| target |" in printed
 
 
+def test_resume_keeps_the_rows_of_an_interrupted_run(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    common = ["--model", str(tiny_dir), "--texts", "6", "--max-length", "48", "--batch-size", "4"]
+    common += ["--threads", "1", "--in-process", "--json", str(out)]
+    bench_main.main([*common, "--rows", "va"])
+    first = {r["key"]: r for r in json.loads(out.read_text(encoding="utf-8"))["rows"]}
+    report = bench_main.main([*common, "--rows", "va,wva-lt", "--resume"])
+    rows = {r["key"]: r for r in report["rows"]}
+    assert list(rows) == ["bare", "bare-truncated", "va", "wva-lt"]
+    for key in ("bare", "bare-truncated", "va"):  # kept as measured, not run again
+        assert rows[key]["seconds"] == first[key]["seconds"]
+    assert rows["wva-lt"]["status"] == "ok"
+    assert report["meta"]["resumed_rows"] == ["bare", "bare-truncated", "va"]
+    assert "measured by an earlier, interrupted run" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="other settings"):
+        bench_main.main([*common[:5], "5", *common[6:], "--rows", "va", "--resume"])
+
+
 def test_fresh_process_row(tiny_dir):
     report = run_suite(_settings(tiny_dir), ["bare-truncated"], in_process=False)
     (row,) = report["rows"]
