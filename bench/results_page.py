@@ -426,6 +426,8 @@ def main() -> None:
             ("final", "STS tasks, mean of last_hidden_state (plain mean pooling)"),
             ("meta", "MetaEOL (eight passes per text) on a 500-pair sample of STS-B test, and Lee"),
             ("other", "classification, clustering, retrieval, reranking, pair classification"),
+            ("best", "presets on STS-B and Lee"),
+            ("best-other", "presets on the other task kinds"),
         ):
             report = RESULTS / f"{m}-{kind}.md"
             if report.exists():

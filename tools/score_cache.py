@@ -9,7 +9,8 @@ Usage::
 A combination is ``A+B`` (prompt passes averaged, as a multi-template prompt does) or ``A|B:w``
 (fusion: L2-normalized, B scaled by w, concatenated); a post-processing is ``KIND[:K]@CORPUS[+CORPUS]``
 fitted on the combination's vectors of those cached sets (never a reported set). Prints Spearman ×100
-of the cosine per set.
+of the cosine per set. ``--save STATE --spec SPEC.json`` keeps the fitted state (one combination,
+one post-processing) for the spec it was computed with, as ``valuelens fit`` would.
 """
 
 from __future__ import annotations
@@ -47,13 +48,35 @@ def score(vec: np.ndarray, data: dict) -> float:
     return float(spearmanr((a * b).sum(1), data["gold"]).statistic) * 100
 
 
+def _resolved_spec(path: Path, model: str | None) -> dict:
+    """The spec as an Encoder on ``model`` records it (every layer spec resolved), read from its config."""
+    from valuelens import EncoderConfig, models
+    from valuelens.loading import load_config
+
+    text = load_config(models.path(model)).get_text_config()
+    config = EncoderConfig.from_dict(json.loads(path.read_text()))
+    return config.resolved(text.model_type, int(text.num_hidden_layers), int(text.hidden_size)).to_dict()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("cache", type=Path)
     parser.add_argument("combos", nargs="+")
     parser.add_argument("--post", default="none")
     parser.add_argument("--sets", default="dev,lee")
+    parser.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        help="with one combination and one post-processing: save the fitted state here",
+    )
+    parser.add_argument(
+        "--spec", type=Path, default=None, help="with --save: the EncoderConfig JSON it is for"
+    )
+    parser.add_argument("--model", default=None, help="with --save: the model name recorded in the state")
     args = parser.parse_args()
+    if args.save and (len(args.combos) != 1 or "," in args.post or args.post == "none" or not args.spec):
+        raise SystemExit("--save needs one combination, one post-processing and --spec")
     sets = {s: json.loads((args.cache / f"{s}.json").read_text()) for s in args.sets.split(",")}
     print("| combination | post-processing | " + " | ".join(sets) + " |")
     print("|---|---|" + "---:|" * len(sets))
@@ -65,7 +88,16 @@ def main() -> None:
                 kind, _, k = kind_k.partition(":")
                 fit_vecs = np.concatenate([combine(args.cache, combo, c) for c in corpus.split("+")])
                 kw = {"k": int(k)} if k else {}
-                fitted = Postprocess.fit(fit_vecs, kind=kind, **kw)
+                extra = {}
+                if args.save:
+                    extra = {
+                        "fitted_on": f"{len(fit_vecs)} texts of tools/embed_cache.py sets {corpus}",
+                        "model": args.model,
+                        "encoder_config": _resolved_spec(args.spec, args.model),
+                    }
+                fitted = Postprocess.fit(fit_vecs, kind=kind, **kw, **extra)
+                if args.save:
+                    fitted.save(args.save)
             cells = []
             for name, data in sets.items():
                 vec = combine(args.cache, combo, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -166,6 +167,9 @@ def test_save_load_round_trip(data, tmp_path, kind, params):
     x = torch.from_numpy(data[:20]).float()
     torch.testing.assert_close(loaded.transform(x), pp.transform(x))
     assert list(tmp_path.iterdir()) == [path]  # written aside and renamed: no temporary left
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask  # a plain file's mode, not safetensors' 0600
 
 
 def test_pickles_without_device_copies(data):

@@ -221,6 +221,11 @@ def test_preset_best_falls_back_to_the_generic_spec_and_can_be_overridden(tmp_pa
     enc = Encoder.from_pretrained(path, preset="best", max_length=40)
     assert enc.config.recipe == "last-token" and enc.config.prepend_layers == (1,)
     assert enc.config.max_length == 40
+    # "sts" is the model's "best" where it has no entry of its own, its own entry where it has one
+    assert presets.preset_config("sts", path) == presets.preset_config("best", path)
+    monkeypatch.setitem(presets.PRESETS, ("llama", 4, 64), {"best": entry, "sts": {"recipe": "va"}})
+    assert presets.preset_config("sts", path).recipe == "va"
+    assert presets.preset_config("generic", path) == EncoderConfig.from_dict(presets.GENERIC)
     with pytest.raises(ConfigError, match="unknown preset"):
         Encoder.from_pretrained(path, preset="fastest")
     with pytest.raises(ConfigError, match="preset= or config="):
@@ -237,3 +242,18 @@ def test_a_fitted_postprocess_is_applied_last_and_saved_with_the_spec(llama, tmp
     torch.testing.assert_close(enc.encode(TEXTS, convert_to_tensor=True), expected, atol=1e-5, rtol=1e-4)
     with pytest.raises(ConfigError, match="fitted for another spec"):
         Encoder(model, tok, recipe="hs", layers=(1, 2), postprocess=str(file))
+
+
+def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
+    named = [
+        (arch, name, fields)
+        for arch, entries in presets.PRESETS.items()
+        for name, fields in entries.items()
+        if str(fields.get("postprocess", "")).startswith("builtin:")
+    ]
+    assert {name for _, name, _ in named} == {"best", "sts"}
+    for arch, name, fields in named:
+        config = EncoderConfig.from_dict(fields).resolved(*arch)  # layers as the model resolves them
+        state = presets.load_postprocess(config.postprocess, config)  # raises if fitted for another spec
+        assert state.encoder_config, (arch, name)
+        assert state.kind == ("abtt" if name == "sts" else "center"), (arch, name, state.kind)

@@ -76,7 +76,10 @@ SpecLayersOpt = Annotated[
 ]
 PresetOpt = Annotated[
     str | None,
-    typer.Option(help="Start from a named spec for the model: 'best' (the recommended one) or 'generic'."),
+    typer.Option(
+        help="Start from a named spec for the model: 'best' (recommended: sentences and documents), "
+        "'sts' (short-sentence similarity alone) or 'generic'."
+    ),
 ]
 ConfigFileOpt = Annotated[
     Path | None,

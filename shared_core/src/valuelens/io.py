@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -238,6 +239,14 @@ def write_vectors(
         raise ValueLensError(msg)
 
 
+@functools.cache
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file under this process's umask (read once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextmanager
 def replace_atomically(path: Path) -> Iterator[Path]:
     """A temporary path in ``path``'s folder to write to; on success it is flushed to disk and renamed
@@ -251,6 +260,7 @@ def replace_atomically(path: Path) -> Iterator[Path]:
         yield tmp
         with tmp.open("rb") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, _new_file_mode())  # some writers (safetensors) create 0600 files
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -119,7 +119,7 @@ class EncoderSettings(BaseModel):
     preset: str | None = Field(
         default=None,
         frozen=True,
-        description="Start from a named spec for the model ('best': valuelens.presets); fields given "
+        description="Start from a named spec for the model ('best', 'sts', 'generic': valuelens.presets); fields given "
         "explicitly override it, and the fields then record the whole spec.",
     )
     device: str | None = Field(

@@ -17,7 +17,7 @@ paper's ablation baselines are ``+truncTAU`` (keep the first d/τ coordinates, M
                mean pooling over a transformers model gives
 ============  ==========================================================
 
-Whole specs: ``best`` (or ``generic``) is that preset for the model evaluated
+Whole specs: ``best`` (or ``sts``, ``generic``) is that preset for the model evaluated
 (:mod:`valuelens.presets`), and a path ending in ``.json`` an ``EncoderConfig`` saved as JSON (every
 field: Token Prepending, Contrastive Prompting, fusion, post-processing).
 """
@@ -30,6 +30,7 @@ from typing import Any
 
 from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
+from valuelens.presets import PRESET_NAMES
 
 PRESETS: dict[str, str] = {
     "prompteol": "last-token:prompteol",
@@ -75,7 +76,7 @@ def parse_variant(spec: str) -> Variant:
     """Parse ``RECIPE[@LAYERS][:PROMPT][+efTAU]`` or a preset name (see the module docstring)."""
     text = spec.strip()
     key = text.lower()
-    if key in ("best", "generic"):
+    if key in PRESET_NAMES:
         return Variant(label=text, recipe="", preset=key)
     if key.endswith(".json"):
         import json
