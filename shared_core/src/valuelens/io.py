@@ -241,9 +241,14 @@ def write_vectors(
 
 @functools.cache
 def _new_file_mode() -> int:
-    """The mode ``open()`` gives a new file under this process's umask (read once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
+    """The mode ``open()`` gives a new file under this process's umask (read once: from
+    ``/proc/self/status`` on Linux, else by setting and restoring it)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
     return 0o666 & ~mask
 
 
