@@ -335,3 +335,26 @@ def test_preset_and_the_newer_methods_pass_through(tiny_model_dir: Path) -> None
     np.testing.assert_allclose(
         np.array(emb.get_text_embedding_batch(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
     )
+
+
+def test_chunks_and_forward_batches_are_separate_settings(
+    tiny_encoder: valuelens.Encoder, monkeypatch
+) -> None:
+    """LlamaIndex cuts a batch into chunks of embed_batch_size; each chunk is one encode call whose
+    forward passes hold at most batch_size texts."""
+    calls: list[tuple[int, int]] = []
+    encode = tiny_encoder.encode
+
+    def spy(texts, **kwargs):
+        calls.append((len(texts), kwargs["batch_size"]))
+        return encode(texts, **kwargs)
+
+    monkeypatch.setattr(tiny_encoder, "encode", spy)
+    embedding = ValueLensEmbedding(encoder=tiny_encoder, embed_batch_size=4, batch_size=2)
+    texts = [f"sentence number {i} about {'long ' * i}things" for i in range(10)]
+    vectors = embedding.get_text_embedding_batch(texts)
+    assert calls == [(4, 2), (4, 2), (2, 2)]
+    single = ValueLensEmbedding(encoder=tiny_encoder)  # defaults: one chunk of up to 256 texts
+    calls.clear()
+    np.testing.assert_allclose(single.get_text_embedding_batch(texts), vectors, atol=1e-5, rtol=1e-4)
+    assert calls == [(10, 32)]
