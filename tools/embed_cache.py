@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tune_presets import stsb_pairs, train_sentences  # tools/ is on sys.path when run as a script
 
 from valuelens import Encoder, EncoderConfig, encode_many, models
 from valuelens.loading import load_model
@@ -47,16 +48,14 @@ def _sample(items: list, n: int, seed: int = 0) -> list:
 
 
 def _sts(split: str, limit: int | None) -> dict:
-    rows = _jsonl(DATA / "stsb" / f"{split}.jsonl")
-    if limit:
-        rows = _sample(rows, limit)
-    texts = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
+    s1, s2, gold = stsb_pairs(split, limit)  # the sample tools/tune_presets.py scores
+    texts = list(dict.fromkeys(s1 + s2))
     index = {t: i for i, t in enumerate(texts)}
     return {
         "texts": texts,
-        "a": [index[r["sentence1"]] for r in rows],
-        "b": [index[r["sentence2"]] for r in rows],
-        "gold": [r["score"] for r in rows],
+        "a": [index[t] for t in s1],
+        "b": [index[t] for t in s2],
+        "gold": gold.tolist(),
     }
 
 
@@ -67,9 +66,7 @@ def build_set(name: str) -> dict:
     if name == "test":
         return _sts("test", None)
     if name == "train":
-        rows = _jsonl(DATA / "stsb" / "train.jsonl")
-        pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
-        return {"texts": _sample(pool, 2000)}
+        return {"texts": train_sentences(2000)}
     if name == "lee":
         docs = _jsonl(DATA / "lee" / "docs.jsonl")
         pairs = _jsonl(DATA / "lee" / "test.jsonl")

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from valuelens import EncoderConfig
+from valuelens.loading import resolve_config
 from valuelens.postprocess import Postprocess
 
 
@@ -46,16 +48,6 @@ def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
 def score(vec: np.ndarray, data: dict) -> float:
     a, b = _unit(vec[data["a"]]), _unit(vec[data["b"]])
     return float(spearmanr((a * b).sum(1), data["gold"]).statistic) * 100
-
-
-def _resolved_spec(path: Path, model: str | None) -> dict:
-    """The spec as an Encoder on ``model`` records it (every layer spec resolved), read from its config."""
-    from valuelens import EncoderConfig, models
-    from valuelens.loading import load_config
-
-    text = load_config(models.path(model)).get_text_config()
-    config = EncoderConfig.from_dict(json.loads(path.read_text()))
-    return config.resolved(text.model_type, int(text.num_hidden_layers), int(text.hidden_size)).to_dict()
 
 
 def main() -> None:
@@ -93,7 +85,9 @@ def main() -> None:
                     extra = {
                         "fitted_on": f"{len(fit_vecs)} texts of tools/embed_cache.py sets {corpus}",
                         "model": args.model,
-                        "encoder_config": _resolved_spec(args.spec, args.model),
+                        "encoder_config": resolve_config(  # as an Encoder on the model records it
+                            args.model, EncoderConfig.from_dict(json.loads(args.spec.read_text()))
+                        ).to_dict(),
                     }
                 fitted = Postprocess.fit(fit_vecs, kind=kind, **kw, **extra)
                 if args.save:

@@ -26,7 +26,8 @@ from valuelens.loading import load_model
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.ndarray]:
+def stsb_pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.ndarray]:
+    """STS-B ``split`` as (sentence1s, sentence2s, gold scores); with ``limit``, a seeded sample of pairs."""
     rows = [json.loads(line) for line in (ROOT / "data/stsb" / f"{split}.jsonl").read_text().splitlines()]
     if limit and limit < len(rows):  # a seeded sample across the genres (the file is sorted by genre)
         keep = sorted(np.random.default_rng(0).choice(len(rows), limit, replace=False))
@@ -36,6 +37,13 @@ def _pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.ndar
         [r["sentence2"] for r in rows],
         np.array([r["score"] for r in rows]),
     )
+
+
+def train_sentences(n: int) -> list[str]:
+    """``n`` seeded distinct STS-B train sentences (unlabeled), to fit a post-processing on."""
+    rows = [json.loads(x) for x in (ROOT / "data/stsb/train.jsonl").read_text().splitlines()]
+    pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
+    return [pool[i] for i in sorted(np.random.default_rng(0).choice(len(pool), n, replace=False))]
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -56,7 +64,7 @@ def main() -> None:
     torch.manual_seed(0)
     grid = json.loads(Path(args.grid).read_text())
     model, tokenizer = load_model(models.path(args.model), device="cpu")
-    s1, s2, gold = _pairs(args.split, args.limit)
+    s1, s2, gold = stsb_pairs(args.split, args.limit)
     texts = list(dict.fromkeys(s1 + s2))
     index = {t: i for i, t in enumerate(texts)}
     a, b = [index[t] for t in s1], [index[t] for t in s2]
@@ -73,10 +81,7 @@ def main() -> None:
     fit_on = [i for i, pp in enumerate(post) if pp]
     train_vecs: dict[int, np.ndarray] = {}
     if fit_on:  # unlabeled STS-B train sentences, embedded only by the specs that fit a post-processing
-        train_rows = [json.loads(x) for x in (ROOT / "data/stsb/train.jsonl").read_text().splitlines()]
-        pool = list(dict.fromkeys(t for r in train_rows for t in (r["sentence1"], r["sentence2"])))
-        rng = np.random.default_rng(0)
-        train = [pool[i] for i in sorted(rng.choice(len(pool), args.train_texts, replace=False))]
+        train = train_sentences(args.train_texts)
         fitted_vecs = encode_many(
             [encoders[i] for i in fit_on], train, batch_size=32, max_tokens_per_batch=4096
         )
