@@ -49,7 +49,7 @@ def _sample(items: list, n: int, seed: int = 0) -> list:
 
 def _sts(split: str, limit: int | None) -> dict:
     s1, s2, gold = stsb_pairs(split, limit)  # the sample tools/tune_presets.py scores
-    texts = list(dict.fromkeys(s1 + s2))
+    texts = list(dict.fromkeys(t for pair in zip(s1, s2, strict=True) for t in pair))  # pair order
     index = {t: i for i, t in enumerate(texts)}
     return {
         "texts": texts,

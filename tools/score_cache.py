@@ -7,7 +7,8 @@ Usage::
         --post none,abtt:2@train,abtt:2@train+fitdocs --sets dev,lee
 
 A combination is ``A+B`` (prompt passes averaged, as a multi-template prompt does) or ``A|B:w``
-(fusion: L2-normalized, B scaled by w, concatenated); a post-processing is ``KIND[:K]@CORPUS[+CORPUS]``
+(fusion: L2-normalized, B scaled by w, concatenated); ``A[12-20]`` is the layer band 12-20 of the
+per-layer specs ``A-L12`` … ``A-L20`` (mean over the band); a post-processing is ``KIND[:K]@CORPUS[+CORPUS]``
 fitted on the combination's vectors of those cached sets (never a reported set). Prints Spearman ×100
 of the cosine per set. ``--save STATE --spec SPEC.json`` keeps the fitted state (one combination,
 one post-processing) for the spec it was computed with, as ``valuelens fit`` would.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +34,22 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def load(cache: Path, name: str, set_name: str) -> np.ndarray:
+    """One cached spec's vectors; ``NAME[A-B]`` is the mean of the per-layer specs ``NAME-LA`` … ``NAME-LB``
+    (the recipe's layer mean over that band, as ``layers="A-B"`` computes it)."""
+    band = re.fullmatch(r"(.+)\[(\d+)-(\d+)\]", name)
+    if band is None:
+        return np.load(cache / f"{name}.{set_name}.npy").astype(np.float64)
+    stem, lo, hi = band.group(1), int(band.group(2)), int(band.group(3))
+    return np.mean([np.load(cache / f"{stem}-L{i}.{set_name}.npy") for i in range(lo, hi + 1)], axis=0)
+
+
 def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
     """The vectors of ``combo`` on ``set_name``."""
     parts = []
     for fused in combo.split("|"):
         name, _, weight = fused.partition(":")
-        passes = [np.load(cache / f"{n}.{set_name}.npy").astype(np.float64) for n in name.split("+")]
+        passes = [load(cache, n, set_name) for n in name.split("+")]
         vec = passes[0] if len(passes) == 1 else np.mean([_unit(p) for p in passes], axis=0)
         parts.append((vec, float(weight) if weight else 1.0))
     if len(parts) == 1:
