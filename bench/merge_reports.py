@@ -2,6 +2,9 @@
 
 Usage: ``python bench/merge_reports.py A.json B.json --out docs/results/MODEL-other``
 
+With ``--rerun``, a later report's tasks replace the same tasks of the earlier ones (a task rerun after
+a fix); the joined report says which tasks were replaced. Without it a repeated task is an error.
+
 A long report can run in pieces (e.g. SciFact apart from the other tasks); each task's seeded sample
 does not depend on which other tasks ran, so the joined report has the scores one run would give.
 The joined .md prints every piece's command and the join; the .json keeps them in ``command`` (one per
@@ -20,12 +23,14 @@ from valuelens.evaluation import results_from_json, results_to_markdown
 from valuelens.io import report_path
 
 
-def merge(paths: list[Path]) -> dict:
-    """The joined report as JSON data; the pieces must share model, split and recipes and not repeat a task."""
+def merge(paths: list[Path], *, rerun: bool = False) -> dict:
+    """The joined report as JSON data; the pieces must share model, split and recipes and not repeat a
+    task (``rerun``: a later piece's task replaces an earlier piece's)."""
     reports = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     first = reports[0]
     results: dict[str, list] = {label: [] for label in first["results"]}
     seen: set[str] = set()
+    replaced: list[str] = []
     for path, report in zip(paths, reports, strict=True):
         for key in ("model", "split"):
             if report[key] != first[key]:
@@ -40,9 +45,13 @@ def merge(paths: list[Path]) -> dict:
             )
             raise SystemExit(msg)
         tasks = {r["task"] for rs in report["results"].values() for r in rs}
-        if tasks & seen:
-            msg = f"{path}: tasks {sorted(tasks & seen)} are already in an earlier report"
+        if tasks & seen and not rerun:
+            msg = f"{path}: tasks {sorted(tasks & seen)} are already in an earlier report (pass --rerun to replace them)"
             raise SystemExit(msg)
+        if tasks & seen:
+            replaced += [f"{t} (from {path.name})" for t in sorted(tasks & seen)]
+            for label in results:
+                results[label] = [r for r in results[label] if r["task"] not in tasks]
         seen |= tasks
         for label, rows in report["results"].items():
             results[label].extend(rows)
@@ -52,6 +61,7 @@ def merge(paths: list[Path]) -> dict:
         "split": first["split"],
         "results": results,
         "ms_per_text": {},
+        **({"replaced": replaced} if replaced else {}),
     }
 
 
@@ -59,11 +69,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path, help="report .json files, in column order")
     parser.add_argument("--out", type=Path, required=True, help="output stem: OUT.json and OUT.md")
+    parser.add_argument("--rerun", action="store_true", help="a later report's tasks replace earlier ones")
     args = parser.parse_args()
-    joined = merge(args.reports)
+    joined = merge(args.reports, rerun=args.rerun)
     table = results_to_markdown(results_from_json(json.dumps(joined["results"])), show_time=False)
     joined["joined_by"] = "python bench/merge_reports.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    md = f"```\n{joined['command']}\n{joined['joined_by']}\n```\n\nModel: {joined['model']}; split: {joined['split']}\n\n{table}\n"
+    rerun = (
+        f"Rerun tasks, replacing the earlier scores: {', '.join(joined['replaced'])}.\n\n"
+        if "replaced" in joined
+        else ""
+    )
+    md = f"```\n{joined['command']}\n{joined['joined_by']}\n```\n\n{rerun}Model: {joined['model']}; split: {joined['split']}\n\n{table}\n"
     report_path(args.out, ".md").write_text(md, encoding="utf-8")
     report_path(args.out, ".json").write_text(json.dumps(joined, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}.md and .json ({len(joined['results'])} rows)")

@@ -28,6 +28,7 @@ from scipy.stats import spearmanr
 from valuelens import EncoderConfig
 from valuelens.loading import resolve_config
 from valuelens.postprocess import Postprocess
+from valuelens.readout import fuse
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -54,7 +55,8 @@ def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
         parts.append((vec, float(weight) if weight else 1.0))
     if len(parts) == 1:
         return parts[0][0]
-    return np.concatenate([_unit(v) * w for v, w in parts], axis=1)
+    fused = fuse([torch.from_numpy(v) for v, _ in parts], [w for _, w in parts])  # as the encoder fuses
+    return fused.numpy()
 
 
 def score(vec: np.ndarray, data: dict) -> float:

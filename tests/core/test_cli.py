@@ -224,6 +224,12 @@ def test_reports_of_task_pieces_join_to_the_joint_report(model_dir, sts_dir, tmp
         assert untimed(joined["results"][label]) == _approx(untimed(rows))
     with pytest.raises(SystemExit, match="already in an earlier report"):
         module.merge([tmp_path / "a.json", tmp_path / "a.json"])
+    # --rerun: the joint run's tasks, then task b rerun on its own, replace b's scores in place
+    rerun = module.merge([tmp_path / "joint.json", tmp_path / "b.json"], rerun=True)
+    assert rerun["replaced"] == ["tiny-sts-b (from b.json)"]
+    for label, rows in rerun["results"].items():
+        assert [r["task"] for r in rows] == [r["task"] for r in joint["results"][label]]
+        assert untimed(rows) == _approx(untimed(joined["results"][label]))
 
 
 def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):

@@ -52,8 +52,12 @@ def _out(pp: Postprocess, x: np.ndarray) -> np.ndarray:
 def test_center_subtracts_the_mean(data):
     pp = Postprocess.fit(data, "center")
     y = _out(pp, data)
-    np.testing.assert_allclose(y, data - data.mean(axis=0), atol=1e-4)
+    centered = data - data.mean(axis=0)
+    rms = np.sqrt((centered**2).mean())  # one number: the root-mean-square centered coordinate
+    np.testing.assert_allclose(pp.rms, rms, rtol=1e-5)
+    np.testing.assert_allclose(y, centered / rms, atol=1e-4)
     np.testing.assert_allclose(y.mean(axis=0), 0, atol=1e-4)
+    np.testing.assert_allclose((y**2).mean(), 1, rtol=1e-4)  # unit average variance per coordinate
     assert (pp.kind, pp.input_dim, pp.output_dim, pp.k, pp.dim) == ("center", D, D, None, None)
 
 
@@ -63,7 +67,11 @@ def test_abtt_removes_the_top_principal_components(data, k):
     centered, vt, _ = _pca(data)
     top = vt[:k]
     y = _out(pp, data)
-    np.testing.assert_allclose(y, centered - centered @ top.T @ top, atol=2e-3)
+    kept = centered - centered @ top.T @ top
+    rms = np.sqrt((kept**2).mean())
+    np.testing.assert_allclose(pp.rms, rms, rtol=1e-4)
+    np.testing.assert_allclose(y, kept / rms, atol=2e-3)
+    np.testing.assert_allclose((y**2).mean(), 1, rtol=1e-3)
     assert np.abs(y @ top.T).max() < 1e-3 * np.abs(centered @ top.T).max()  # orthogonal to the removed PCs
     # the stored components are numpy's principal directions up to sign
     np.testing.assert_allclose(np.abs(pp.components.double().numpy() @ top.T), np.eye(k), atol=1e-5)
@@ -71,7 +79,7 @@ def test_abtt_removes_the_top_principal_components(data, k):
     # new points too: the map is affine, fitted once
     fresh = np.random.default_rng(1).normal(size=(5, D)) * 10
     c = fresh - data.mean(axis=0)
-    np.testing.assert_allclose(_out(pp, fresh), c - c @ top.T @ top, atol=2e-3)
+    np.testing.assert_allclose(_out(pp, fresh), (c - c @ top.T @ top) / rms, atol=2e-3)
 
 
 def test_standardize_gives_unit_std(data):
@@ -172,6 +180,25 @@ def test_save_load_round_trip(data, tmp_path, kind, params):
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask  # a plain file's mode, not safetensors' 0600
 
 
+def test_a_version_1_state_loads_without_the_rms_divisor(data, tmp_path):
+    # states saved before rms existed (format version 1) keep their old output: x - μ, unscaled
+    good = Postprocess.fit(data, "center")
+    params = {k: v for k, v in good.config().items() if k != "rms"}
+    old = Postprocess.load(_tamper(tmp_path, {"mean": good.mean}, kind="center", params=json.dumps(params)))
+    assert old.rms == 1.0 and good.rms != 1.0
+    np.testing.assert_allclose(_out(old, data), data - data.mean(axis=0), atol=1e-4)
+
+
+def test_rms_is_checked(data):
+    good = Postprocess.fit(data, "center")
+    for bad in (0.0, -1.0, float("nan"), float("inf"), True):
+        with pytest.raises(ConfigError, match="rms must be a positive finite number"):
+            Postprocess("center", good.mean, rms=bad)
+    with pytest.raises(ConfigError, match="'center' and 'abtt' only"):
+        Postprocess("standardize", good.mean, scale=torch.ones(D), rms=2.0)
+    assert Postprocess.fit(np.ones((4, D)), "center").rms == 1.0  # identical rows: nothing to divide by
+
+
 def test_pickles_without_device_copies(data):
     import copy
     import pickle
@@ -221,8 +248,8 @@ def test_load_rejects_bad_files(data, tmp_path):
     tensors = {"mean": good.mean, "components": good.components}
     with pytest.raises(ConfigError, match="kind must be one of 'center', 'abtt'"):
         Postprocess.load(_tamper(tmp_path, tensors, kind="pca", params=params))
-    with pytest.raises(ConfigError, match="format version '2'"):
-        Postprocess.load(_tamper(tmp_path, tensors, format_version="2", params=params))
+    with pytest.raises(ConfigError, match="format version '3'"):
+        Postprocess.load(_tamper(tmp_path, tensors, format_version="3", params=params))
     with pytest.raises(ConfigError, match="corrupt Postprocess metadata"):
         Postprocess.load(_tamper(tmp_path, tensors, params="{oops"))
     with pytest.raises(ConfigError, match=r"holds the tensors \['mean'\], but a 'abtt'"):

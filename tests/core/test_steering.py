@@ -160,7 +160,9 @@ def test_fusion_is_the_weighted_concatenation_of_normalized_recipes(llama):
     got = fused.encode(TEXTS, convert_to_tensor=True)
     pieces = [torch.nn.functional.normalize(p.encode(TEXTS, convert_to_tensor=True), dim=-1) for p in parts]
     expected = torch.cat([pieces[0], 0.5 * pieces[1], pieces[2]], dim=-1)
+    expected = expected * (expected.shape[1] / (1 + 0.5**2 + 1)) ** 0.5  # unit root-mean-square coordinates
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got.pow(2).mean(dim=1), torch.ones(len(TEXTS)), atol=1e-5, rtol=1e-4)
     assert fused.dimension == got.shape[1]
     # one forward pass serves every part: the shared path gives the same
     (shared,) = encode_many([fused], TEXTS, convert_to_tensor=True)

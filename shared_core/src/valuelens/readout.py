@@ -17,6 +17,7 @@ seen and hands it to these functions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -198,12 +199,17 @@ def average_passes(passes: Sequence[Tensor]) -> Tensor:
 def fuse(vectors: Sequence[Tensor], weights: Sequence[float]) -> Tensor:
     """Score fusion of several recipes: their L2-normalized vectors scaled by ``weights`` and
     concatenated, so a cosine of fused vectors is the ``weight²``-weighted mean of the recipes'
-    cosines; one vector is returned unchanged."""
+    cosines; one vector is returned unchanged.
+
+    The result is multiplied by ``sqrt(d / Σ weight²)`` (``d`` its dimension), one number for every
+    text, so its coordinates have unit root-mean-square: cosines are unchanged, and a linear classifier
+    with its usual regularisation does not see features 30× smaller than a single recipe's."""
     if len(vectors) == 1:
         return vectors[0]
-    return torch.cat(
+    fused = torch.cat(
         [torch.nn.functional.normalize(v, dim=-1) * w for v, w in zip(vectors, weights, strict=True)], dim=-1
     )
+    return fused * math.sqrt(fused.shape[-1] / sum(w * w for w in weights))
 
 
 def raw_dimension(recipe: Recipe, parts: ModelParts) -> int:
