@@ -48,13 +48,12 @@ def merge(paths: list[Path], *, rerun: bool = False) -> dict:
         if tasks & seen and not rerun:
             msg = f"{path}: tasks {sorted(tasks & seen)} are already in an earlier report (pass --rerun to replace them)"
             raise SystemExit(msg)
-        if tasks & seen:
-            replaced += [f"{t} (from {path.name})" for t in sorted(tasks & seen)]
-            for label in results:
-                results[label] = [r for r in results[label] if r["task"] not in tasks]
+        replaced += [f"{t} (from {path.name})" for t in sorted(tasks & seen)]
         seen |= tasks
         for label, rows in report["results"].items():
-            results[label].extend(rows)
+            new = {r["task"]: r for r in rows}
+            kept = [new.pop(r["task"], r) for r in results[label]]  # a rerun task keeps its column
+            results[label] = kept + list(new.values())
     return {
         "command": "\n".join(r["command"] for r in reports),
         "model": first["model"],
