@@ -19,7 +19,8 @@ import argparse
 import numpy as np
 
 from valuelens import Encoder, encode_many, models
-from valuelens.evaluation.metrics import classification_scores, undersample_indices
+from valuelens.evaluation.metrics import classification_scores
+from valuelens.evaluation.runner import classification_inputs
 from valuelens.evaluation.tasks import load_task
 from valuelens.loading import load_model
 from valuelens.presets import preset_config
@@ -43,10 +44,8 @@ def main() -> None:
     print("|---|---|---:|" + "---:|" * len(targets))
     for task in args.tasks.split(","):
         data = load_task(task).load("test", limit=args.limit)
-        experiments = undersample_indices(data.train.labels)  # as valuelens eval: the rows they use
-        union = sorted(set().union(*experiments))
-        pos = {row: i for i, row in enumerate(union)}
-        texts = [data.train.texts[i] for i in union] + list(data.test.texts)
+        texts, train_labels, experiments = classification_inputs(data)  # what valuelens eval embeds
+        n = len(train_labels)
         outputs = encode_many(encoders, texts, batch_size=32, show_progress=True)
         for name, out in zip(names, outputs, strict=True):
             vec = np.asarray(out, dtype=np.float64)
@@ -55,11 +54,7 @@ def main() -> None:
             for target in targets:
                 scaled = vec * (target / rms)
                 scores = classification_scores(
-                    scaled[: len(union)],
-                    [data.train.labels[i] for i in union],
-                    scaled[len(union) :],
-                    data.test.labels,
-                    experiments=[[pos[i] for i in rows] for rows in experiments],
+                    scaled[:n], train_labels, scaled[n:], data.test.labels, experiments=experiments
                 )
                 cells.append(f"{100 * scores['accuracy']:.1f}")
             norm = float(np.linalg.norm(vec, axis=1).mean())

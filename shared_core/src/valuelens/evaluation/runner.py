@@ -167,20 +167,24 @@ def _eval_pairs(model: Encoder, data: PairData, kind: TaskKind, kw: dict[str, An
     return pair_classification_scores(sim, np.asarray(data.scores, dtype=np.int64))
 
 
-def _eval_classification(model: Encoder, data: ClassificationData, kw: dict[str, Any]) -> dict[str, float]:
-    # encode only the training rows some experiment uses (their union), as mteb does
+def classification_inputs(data: ClassificationData) -> tuple[list[str], list[Any], list[list[int]]]:
+    """What a classification task embeds: the training rows some experiment uses (their union, as mteb
+    does) then the test texts; with those rows' labels and the experiments as rows into them.
+
+    Usage: ``texts, train_labels, experiments = classification_inputs(data)``; the first
+    ``len(train_labels)`` embeddings are the training rows."""
     experiments = undersample_indices(data.train.labels)
     union = sorted(set().union(*experiments))
     pos = {row: i for i, row in enumerate(union)}
     texts = [data.train.texts[i] for i in union] + list(data.test.texts)
+    return texts, [data.train.labels[i] for i in union], [[pos[i] for i in rows] for rows in experiments]
+
+
+def _eval_classification(model: Encoder, data: ClassificationData, kw: dict[str, Any]) -> dict[str, float]:
+    texts, train_labels, experiments = classification_inputs(data)
     emb = _encode_unique(model, texts, role=None, **kw)
-    return classification_scores(
-        emb[: len(union)],
-        [data.train.labels[i] for i in union],
-        emb[len(union) :],
-        data.test.labels,
-        experiments=[[pos[i] for i in rows] for rows in experiments],
-    )
+    n = len(train_labels)
+    return classification_scores(emb[:n], train_labels, emb[n:], data.test.labels, experiments=experiments)
 
 
 def _eval_clustering(model: Encoder, data: LabelledTexts, kw: dict[str, Any]) -> dict[str, float]:
