@@ -45,9 +45,20 @@ def _value_from_projection(arch: str, attention, hidden_states, n_kv: int, head_
 
 
 def reference_embeddings(
-    model, tokenizer, texts, recipe, layers, prompt=None, padding_side="right", final_norm=False
+    model,
+    tokenizer,
+    texts,
+    recipe,
+    layers,
+    prompt=None,
+    padding_side="right",
+    final_norm=False,
+    drop_prefix=False,
 ):
-    """Embeddings ``[n, dim]`` (float64 numpy) computed the slow, obvious way."""
+    """Embeddings ``[n, dim]`` (float64 numpy) computed the slow, obvious way.
+
+    ``drop_prefix``: the last token's attention probabilities are zeroed before the pooled span (the
+    last token itself kept) and renormalized, head by head."""
     arch = model.config.model_type
     probe = Encoder(model, tokenizer, recipe=recipe, layers=layers, prompt=prompt)
     parts, rec = probe.parts, probe.recipe
@@ -152,6 +163,11 @@ def reference_embeddings(
                 vec = (tokens[s:e] * w[:, None]).sum(0) / w.sum()
             else:
                 att = out.attentions[i][b, :, last, :].double().numpy()  # [H, N]
+                if drop_prefix:
+                    keep = np.arange(att.shape[1]) >= s
+                    keep[last] = True
+                    att = np.where(keep, att, 0.0)
+                    att = att / att.sum(axis=1, keepdims=True)
                 v = values[i][b].double().numpy()  # [N, Hkv, D]
                 if rec.name == "wva-lt":
                     p = att.reshape(parts.n_kv_heads, group, -1).mean(1)  # [Hkv, N]

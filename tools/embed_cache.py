@@ -11,6 +11,7 @@ what a post-processing is fitted on). Specs that share a forward pass run togeth
 with ``OUT/SET.json`` holding the texts (and, for STS sets, the pair indices and gold scores).
 
 Sets: ``dev`` (a seeded 600-pair sample of STS-B dev, the one ``tools/tune_presets.py`` uses),
+``devall`` (all 1500 STS-B dev pairs),
 ``train`` (2000 seeded STS-B train sentences, unlabeled), ``test`` (all STS-B test pairs),
 ``lee`` (the 50 Lee documents and the pair scores), ``fitdocs`` (unlabeled text that is not a
 reported set: 400 seeded Banking77 train queries, 400 Emotion train texts and 400 SciFact abstracts).
@@ -63,6 +64,8 @@ def build_set(name: str) -> dict:
     """The texts (and pairs) of one named set."""
     if name == "dev":
         return _sts("dev", 600)
+    if name == "devall":
+        return _sts("dev", None)
     if name == "test":
         return _sts("test", None)
     if name == "train":

@@ -80,3 +80,74 @@ def test_fallback_refuses_what_it_cannot_compute(tiny_tokenizer):
     for recipe in ("wva-lt", "query", "key"):
         with pytest.raises(UnsupportedModelError, match="bypasses transformers' AttentionInterface"):
             Encoder(model, tiny_tokenizer, recipe=recipe).encode(["a cat"])
+
+
+@pytest.mark.parametrize("recipe", ["wva", "aligned-wva", "wva-lt"])
+def test_drop_prefix_matches_eager_reference(tiny_model, tiny_tokenizer, recipe):
+    """drop_prefix: the last token's attention renormalized over the text and the prompt's tail."""
+    enc = Encoder(
+        tiny_model, tiny_tokenizer, recipe=recipe, layers=[1, 3], prompt="prompteol", drop_prefix=True
+    )
+    got = enc.encode(TEXTS, batch_size=3)
+    want = reference_embeddings(
+        tiny_model, tiny_tokenizer, TEXTS, recipe, [1, 3], prompt="prompteol", drop_prefix=True
+    )
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("recipe", ["aligned-wva", "wva-lt"])
+def test_drop_prefix_left_padding(tiny_llama, tiny_tokenizer, recipe):
+    tiny_tokenizer.padding_side = "left"
+    enc = Encoder(
+        tiny_llama, tiny_tokenizer, recipe=recipe, layers="all", prompt="futureeol", drop_prefix=True
+    )
+    got = enc.encode(TEXTS, batch_size=4)
+    want = reference_embeddings(
+        tiny_llama,
+        tiny_tokenizer,
+        TEXTS,
+        recipe,
+        "all",
+        prompt="futureeol",
+        padding_side="left",
+        drop_prefix=True,
+    )
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    # the prompt's head carries weight (no sliding window hides it here): dropping it changes the vectors
+    plain = Encoder(tiny_llama, tiny_tokenizer, recipe=recipe, layers="all", prompt="futureeol")
+    assert np.abs(plain.encode(TEXTS, batch_size=4) - got).max() > 1e-3
+
+
+def test_heads_recomputed_from_attention_equal_the_model_heads(tiny_model, tiny_tokenizer):
+    """The ``last_heads`` pool with every key kept is what the attention computes (wva's z)."""
+    from valuelens.readout import CapturePlan
+
+    enc = Encoder(tiny_model, tiny_tokenizer, recipe="wva", layers=[0, 2], prompt="prompteol")
+    batch = enc.collate(enc.tokenize(TEXTS)[0])
+    recomputed = CapturePlan(signal="value", pool="last_heads", layers=(0, 2))
+    inputs = enc.model_inputs(batch, enc.device)
+    with (
+        torch.no_grad(),
+        enc.capture(inputs["attention_mask"], batch.span_start, batch.span_end, [enc.readout]) as session,
+    ):
+        enc.parts.backbone(**inputs)
+    from valuelens.capture import capturing
+    from valuelens.readout import pooling_inputs
+
+    _, index = pooling_inputs(inputs["attention_mask"], batch.span_start, batch.span_end, ())
+    with (
+        torch.no_grad(),
+        capturing(enc.parts, [recomputed], attention_mask=inputs["attention_mask"], index=index) as again,
+    ):
+        enc.parts.backbone(**inputs)
+    for want, got in zip(session.captures[0].layer_vectors(), again.captures[0].layer_vectors(), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_drop_prefix_needs_the_attention_interface(tiny_tokenizer):
+    from valuelens.errors import UnsupportedModelError
+
+    model = build_tiny_model("bloom", len(tiny_tokenizer))
+    enc = Encoder(model, tiny_tokenizer, recipe="aligned-wva", prompt="prompteol", drop_prefix=True)
+    with pytest.raises(UnsupportedModelError, match="bypasses transformers' AttentionInterface"):
+        enc.encode(["a cat"])

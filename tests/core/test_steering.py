@@ -209,6 +209,30 @@ def test_config_round_trip_and_errors():
         EncoderConfig(prepend_layers="1-x")
 
 
+def test_drop_prefix_spec_checks_and_where_it_applies(llama):
+    model, tok = llama
+    config = EncoderConfig(recipe="aligned-wva", prompt="futureeol", drop_prefix=True)
+    assert EncoderConfig.from_dict(config.to_dict()) == config and config.to_dict()["drop_prefix"] is True
+    assert EncoderConfig().to_dict()["drop_prefix"] is False  # specs saved before the field load as before
+    with pytest.raises(ConfigError, match=r"drop_prefix=True applies to .*not 'va'"):
+        EncoderConfig(recipe="va", drop_prefix=True)
+    with pytest.raises(ConfigError, match="drop_prefix must be a bool"):
+        EncoderConfig(recipe="wva", drop_prefix="yes")
+    # fusion parts that read the last token's attention drop the prefix too; the others are unchanged
+    enc = Encoder(model, tok, config.replace(fusion=["wva-lt", "va"], layers=[1, 2]))
+    assert [r.plan.drop_prefix for r in enc.readouts] == [True, True, False]
+    assert enc.readout.plan.pool == "last_heads" and enc.readout.project_out
+    # Contrastive Prompting edits the heads that drop_prefix would recompute at the same layer
+    with pytest.raises(ConfigError, match="Contrastive Prompting edits at layer 1"):
+        Encoder(model, tok, config.replace(layers=[1, 2], contrast_layer=1))
+    # with Token Prepending the placeholder (text-dependent from the first prepend layer) is kept
+    tp = Encoder(model, tok, config.replace(layers=[2], prepend_layers=[1]))
+    vectors = tp.encode(TEXTS)
+    assert np.isfinite(vectors).all() and vectors.shape == (len(TEXTS), tp.dimension)
+    items, _ = tp.tokenize(TEXTS)
+    assert all(item.marker == item.span[0] - 1 for item in items)
+
+
 def test_deepest_layer_bounds_what_is_loaded(tmp_path):
     path = save_tiny_model(tmp_path / "m")
     enc = Encoder.from_pretrained(path, recipe="va", layers=(0,), fusion=[{"recipe": "hs", "layers": [2]}])

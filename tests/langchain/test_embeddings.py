@@ -290,10 +290,15 @@ def test_sentence_transformer_model(tiny_model_dir: str) -> None:
 
 
 def test_preset_and_the_newer_methods_pass_through(tiny_model_dir: str) -> None:
-    fields = {"prepend_layers": [1], "contrast_layer": 1, "fusion": [{"recipe": "va", "weight": 0.5}]}
+    fields = {
+        "prepend_layers": [1],
+        "contrast_layer": 1,
+        "fusion": [{"recipe": "va", "weight": 0.5}],
+        "drop_prefix": True,
+    }
     emb = ValueLensEmbeddings(model=tiny_model_dir, device="cpu", preset="best", **fields)
     assert emb.recipe == "aligned-wva" and emb.prompt == "futureeol"  # the generic preset, recorded
-    assert emb.prepend_layers == [1] and emb.fusion[0]["recipe"] == "va"
+    assert emb.prepend_layers == [1] and emb.fusion[0]["recipe"] == "va" and emb.drop_prefix
     reference = valuelens.Encoder.from_pretrained(tiny_model_dir, device="cpu", preset="best", **fields)
     np.testing.assert_allclose(
         np.array(emb.embed_documents(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5

@@ -328,9 +328,9 @@ def test_settings_accept_the_embedding(tiny_va: ValueLensEmbedding) -> None:
 
 
 def test_preset_and_the_newer_methods_pass_through(tiny_model_dir: Path) -> None:
-    fields = {"prepend_layers": "auto", "contrast_layer": 1, "contrast_scale": 0.8}
+    fields = {"prepend_layers": "auto", "contrast_layer": 1, "contrast_scale": 0.8, "drop_prefix": True}
     emb = ValueLensEmbedding(str(tiny_model_dir), preset="best", device="cpu", **fields)
-    assert emb.recipe == "aligned-wva" and emb.contrast_scale == 0.8
+    assert emb.recipe == "aligned-wva" and emb.contrast_scale == 0.8 and emb.drop_prefix
     reference = valuelens.Encoder.from_pretrained(str(tiny_model_dir), device="cpu", preset="best", **fields)
     np.testing.assert_allclose(
         np.array(emb.get_text_embedding_batch(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5

@@ -40,6 +40,11 @@ CASES = [
         "qwen3",
         {"recipe": "aligned-wva", "prompt": "futureeol", "prepend_layers": "auto", "contrast_layer": 0},
     ),
+    # the last token's attention without the prompt's head, with a fused WVA-LT that drops it too
+    (
+        "llama",
+        {"recipe": "aligned-wva", "prompt": "futureeol", "drop_prefix": True, "fusion": ["wva-lt"]},
+    ),
 ]
 
 

@@ -81,17 +81,27 @@ class Capture:
     """The state of one plan in a capture: its pooling weights and the vectors caught so far."""
 
     def __init__(
-        self, plan: CapturePlan, *, weights: Tensor | None, index: Tensor | None, shape: tuple[int, int]
+        self,
+        plan: CapturePlan,
+        *,
+        weights: Tensor | None,
+        index: Tensor | None,
+        shape: tuple[int, int],
+        key_start: Tensor | None = None,
     ) -> None:
         if plan.pool in ("mean", "position") and weights is None:
             msg = f"pool={plan.pool!r} needs token weights"
             raise ValueError(msg)
-        if plan.pool in ("last", "last_attention") and index is None:
+        if plan.pool in ("last", "last_attention", "last_heads") and index is None:
             msg = f"pool={plan.pool!r} needs the last-token index"
+            raise ValueError(msg)
+        if plan.drop_prefix and key_start is None:
+            msg = "a plan with drop_prefix needs key_start (where each row's pooled text starts)"
             raise ValueError(msg)
         self.plan = plan
         self.weights = weights
         self.index = index
+        self.key_start = key_start
         self._shape = shape
         self._layers = frozenset(plan.layers)
         self._vectors: dict[int, Tensor] = {}
@@ -200,6 +210,7 @@ def _capture_attention(
                     weights=cap.weights,
                     index=cap.index,
                     attention_kwargs=kwargs,
+                    key_start=cap.key_start,
                 )
                 cap.record(layer, reduced)
                 recorded = True
@@ -469,6 +480,7 @@ def start_capture(
     attention_mask: Tensor,
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
+    key_start: Tensor | None = None,
     stop_early: bool = True,
     prepend: Prepend | None = None,
     contrast: Contrast | None = None,
@@ -476,7 +488,8 @@ def start_capture(
     """Activate captures for ``plans`` in the current context and return the handle.
 
     ``weights`` maps a token pool (``"mean"``, ``"position"``) to its ``[B, N]`` weights; ``index``
-    holds each row's last real token. With ``stop_early`` the forward ends (``StopForward``) as soon
+    holds each row's last real token, ``key_start`` where its pooled text starts (plans with
+    ``drop_prefix``). With ``stop_early`` the forward ends (``StopForward``) as soon
     as every plan has all its layers. ``prepend`` / ``contrast`` edit the forward
     (:mod:`valuelens.steering`).
     """
@@ -486,7 +499,8 @@ def start_capture(
     weights = weights or {}
     shape = (int(attention_mask.shape[0]), int(attention_mask.shape[1]))
     captures = tuple(
-        Capture(plan, weights=weights.get(plan.pool), index=index, shape=shape) for plan in plans
+        Capture(plan, weights=weights.get(plan.pool), index=index, shape=shape, key_start=key_start)
+        for plan in plans
     )
     inst = _acquire(parts)
     try:
@@ -495,7 +509,9 @@ def start_capture(
             plan.signal
             for plan in plans
             if plan.signal in ATTENTION_SIGNALS
-            and not (fallback and plan.signal == "value" and plan.pool != "last_attention")
+            and not (
+                fallback and plan.signal == "value" and plan.pool not in ("last_attention", "last_heads")
+            )
         ]
         if needs_interface and not inst.interface_ok:
             msg = (
@@ -521,6 +537,7 @@ def capturing(
     attention_mask: Tensor,
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
+    key_start: Tensor | None = None,
     stop_early: bool = True,
     prepend: Prepend | None = None,
     contrast: Contrast | None = None,
@@ -533,6 +550,7 @@ def capturing(
         attention_mask=attention_mask,
         weights=weights,
         index=index,
+        key_start=key_start,
         stop_early=stop_early,
         prepend=prepend,
         contrast=contrast,

@@ -85,7 +85,7 @@ ConfigFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="A JSON EncoderConfig (every field: prepend_layers, contrast_layer, fusion, postprocess, ...).",
+        help="A JSON EncoderConfig (every field: prepend_layers, contrast_layer, fusion, postprocess, drop_prefix, ...).",
     ),
 ]
 FilterOpt = Annotated[

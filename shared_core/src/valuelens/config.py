@@ -30,7 +30,7 @@ from valuelens.layers import (
     validate_spec,
 )
 from valuelens.prompts import resolve_prompt
-from valuelens.recipes import Recipe, get_recipe
+from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe, get_recipe
 
 __all__ = ["DEFAULT_MAX_LENGTH", "FIELDS", "Combine", "EncoderConfig", "FusionPart", "space_message"]
 
@@ -168,6 +168,10 @@ class EncoderConfig:
     """More recipes read in the same forward pass, concatenated after L2 normalization with weights."""
     postprocess: str | None = None
     """A fitted :class:`valuelens.Postprocess` applied last: a ``.safetensors`` file, or ``"builtin:NAME"``."""
+    drop_prefix: bool = False
+    """Last-token attention recipes (``wva``, ``aligned-wva``, ``wva-lt``): the last token attends from
+    the pooled text on. The keys before it (a BOS and the prompt's head, whose values are the same for
+    every text) are dropped and its attention renormalized over the text and the prompt's tail."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
@@ -197,6 +201,15 @@ class EncoderConfig:
         if self.final_norm and recipe.signal != "hidden":
             msg = (
                 f"final_norm=True applies to hidden-state recipes (hs, last-token, wmp), not {recipe.name!r}"
+            )
+            raise ConfigError(msg)
+        if not isinstance(self.drop_prefix, bool):
+            msg = f"drop_prefix must be a bool, got {self.drop_prefix!r}"
+            raise ConfigError(msg)
+        if self.drop_prefix and recipe.name not in LAST_ATTENTION_RECIPES:
+            msg = (
+                "drop_prefix=True applies to the recipes that read the last token's attention "
+                f"({', '.join(sorted(LAST_ATTENTION_RECIPES))}), not {recipe.name!r}"
             )
             raise ConfigError(msg)
         self._check_additions()

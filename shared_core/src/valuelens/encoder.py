@@ -37,7 +37,7 @@ from valuelens.layers import resolve_layers
 from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
 from valuelens.prompts import Prompt, resolve_prompt
 from valuelens.readout import CapturePlan, Readout, average_passes, fuse, pooling_inputs
-from valuelens.recipes import Recipe
+from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe
 from valuelens.steering import Contrast, Prepend
 from valuelens.tokenization import Batch, TokenizedText, collate, placeholder_token, tokenize
 
@@ -151,6 +151,7 @@ class Encoder:
                 embed_filter=part.embed_filter,
                 embed_filter_offset=self.config.embed_filter_offset,
                 combine=self.config.combine,
+                drop_prefix=self.config.drop_prefix and part.recipe in LAST_ATTENTION_RECIPES,
             )
             readouts.append(Readout.build(recipe, self.parts, ef))
         return readouts
@@ -367,12 +368,16 @@ class Encoder:
                 msg = "this encoder uses Contrastive Prompting (contrast_layer): pass aux_heads=contrast_heads(...)"
                 raise ConfigError(msg)
             contrast = Contrast(config.contrast_layer, aux_heads, index, config.contrast_scale)
+        key_start = None
+        if any(r.plan.drop_prefix for r in readouts):  # the text starts at the placeholder, if any
+            key_start = (marker if marker is not None else span_start).to(device)
         with capturing(
             self.current_parts(),
             [r.plan for r in readouts],
             attention_mask=attention_mask,
             weights=weights,
             index=index,
+            key_start=key_start,
             stop_early=stop_early,
             prepend=prepend,
             contrast=contrast,

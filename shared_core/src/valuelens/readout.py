@@ -38,6 +38,7 @@ __all__ = [
     "average_passes",
     "fuse",
     "last_token_attention",
+    "last_token_heads",
     "pooling_inputs",
     "reduce_attention",
     "reduce_tokens",
@@ -60,10 +61,16 @@ class CapturePlan:
     pool: TokenPool
     layers: tuple[int, ...]
     final_norm: bool = False
+    drop_prefix: bool = False
+    """``last_attention`` / ``last_heads``: the last token attends only from the pooled text on (the
+    keys before it are dropped and the probabilities renormalized over the rest)."""
 
     def __post_init__(self) -> None:
-        if self.pool == "last_attention" and self.signal != "value":
-            msg = f"pool='last_attention' needs signal='value', got {self.signal!r}"
+        if self.pool in ("last_attention", "last_heads") and self.signal != "value":
+            msg = f"pool={self.pool!r} needs signal='value', got {self.signal!r}"
+            raise ValueError(msg)
+        if self.drop_prefix and self.pool not in ("last_attention", "last_heads"):
+            msg = f"drop_prefix applies to pool='last_attention' or 'last_heads', got {self.pool!r}"
             raise ValueError(msg)
         if self.final_norm and self.signal != "hidden":
             msg = f"final_norm applies to signal='hidden' only, got {self.signal!r}"
@@ -107,12 +114,17 @@ def last_token_attention(
     *,
     scaling: float | None = None,
     softcap: float | None = None,
+    key_start: Tensor | None = None,
+    per_head: bool = False,
 ) -> Tensor:
     """Attention probabilities of each row's last real token, averaged over each GQA group (WVA-LT).
 
     ``query`` ``[B, H, N, D]``, ``key`` ``[B, Hkv, N, D]``, ``attention_mask`` as given to the attention
     function (bool "may attend", additive float, or ``None`` for plain causal). Returns ``[B, Hkv, N]``
-    fp32; only the one query row per sentence is computed (no ``N x N`` matrix).
+    fp32, or ``[B, Hkv, H/Hkv, N]`` (every query head of each group) with ``per_head``; only the one
+    query row per sentence is computed (no ``N x N`` matrix). With ``key_start`` (``[B]`` positions) the
+    keys before it are dropped and the probabilities renormalized over the rest (the last token itself
+    always stays, so a row is never empty).
     """
     batch, n_heads, _, head_dim = query.shape
     n_kv = key.shape[1]
@@ -125,8 +137,8 @@ def last_token_attention(
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     n_keys = key.shape[2]
+    positions = torch.arange(n_keys, device=query.device)
     if attention_mask is None:
-        positions = torch.arange(n_keys, device=query.device)
         allowed = (positions.unsqueeze(0) <= idx.unsqueeze(1)).view(batch, 1, 1, n_keys)
         scores = torch.where(allowed, scores, float("-inf"))
     else:
@@ -137,8 +149,25 @@ def last_token_attention(
             scores = torch.where(row, scores, float("-inf"))
         else:
             scores = scores + row.to(torch.float32)
+    if key_start is not None:
+        start = key_start.to(query.device).unsqueeze(1)
+        kept = (positions.unsqueeze(0) >= start) | (positions.unsqueeze(0) == idx.unsqueeze(1))
+        scores = torch.where(kept.view(batch, 1, 1, n_keys), scores, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
-    return probs.mean(dim=2)
+    return probs if per_head else probs.mean(dim=2)
+
+
+def last_token_heads(value: Tensor, probs: Tensor) -> Tensor:
+    """The last token's per-head attention outputs ``z`` ``[B, H*D]`` fp32 (the input of W_O) from its
+    per-head probabilities ``[B, Hkv, H/Hkv, N]`` (:func:`last_token_attention` with ``per_head``)
+    and the values ``[B, Hkv, N, D]``: with every key kept, what the attention itself computes."""
+    v = torch.where(
+        (probs > 0).any(dim=2).unsqueeze(-1),
+        value.to(torch.float32),
+        torch.zeros((), dtype=torch.float32, device=value.device),
+    )
+    z = torch.einsum("bkgn,bknd->bkgd", probs.to(value.device), v)
+    return z.reshape(value.shape[0], -1)
 
 
 def reduce_attention(
@@ -151,10 +180,16 @@ def reduce_attention(
     weights: Tensor | None,
     index: Tensor | None,
     attention_kwargs: Mapping[str, Any],
+    key_start: Tensor | None = None,
 ) -> Tensor:
-    """Reduce head-major q/k/v ``[B, H, N, D]`` seen by the attention function to ``[B, H*D]`` fp32."""
-    if plan.pool == "last_attention":
+    """Reduce head-major q/k/v ``[B, H, N, D]`` seen by the attention function to ``[B, H*D]`` fp32.
+
+    ``key_start`` (``[B]``): where the pooled text starts, for plans with ``drop_prefix``."""
+    if plan.pool in ("last_attention", "last_heads"):
         assert index is not None
+        if plan.drop_prefix and key_start is None:
+            msg = "a plan with drop_prefix needs the pooled span's start (key_start)"
+            raise ValueError(msg)
         probs = last_token_attention(
             query,
             key,
@@ -162,7 +197,11 @@ def reduce_attention(
             index,
             scaling=attention_kwargs.get("scaling"),
             softcap=attention_kwargs.get("softcap"),
+            key_start=key_start if plan.drop_prefix else None,
+            per_head=plan.pool == "last_heads",
         )
+        if plan.pool == "last_heads":
+            return last_token_heads(value, probs)
         return pool_heads(value, probs)
     tensor = {"value": value, "query": query, "key": key}[plan.signal]
     if plan.pool == "last":
@@ -179,10 +218,15 @@ def reduce_attention(
 
 
 def through_out_proj(parts: ModelParts, layer: int, values: Tensor) -> Tensor:
-    """Map pooled value vectors ``[B, Hkv*D]`` through layer ``layer``'s W_O (GQA heads expanded)."""
+    """Map pooled value vectors ``[B, Hkv*D]`` (GQA heads expanded) or per-head outputs ``[B, H*D]``
+    through layer ``layer``'s W_O."""
     batch = values.shape[0]
-    expanded = values.view(batch, parts.n_kv_heads, 1, parts.head_dim).expand(-1, -1, parts.group_size, -1)
-    z = expanded.reshape(batch, parts.head_output_dim)
+    z = values
+    if values.shape[-1] != parts.head_output_dim:
+        expanded = values.view(batch, parts.n_kv_heads, 1, parts.head_dim).expand(
+            -1, -1, parts.group_size, -1
+        )
+        z = expanded.reshape(batch, parts.head_output_dim)
     out_proj = parts.out_projs[layer]
     weight = next(out_proj.parameters())
     return out_proj(z.to(device=weight.device, dtype=weight.dtype)).to(torch.float32)
@@ -239,6 +283,7 @@ class Readout:
     plan: CapturePlan
     embed_filter: EmbedFilter | None
     dimension: int
+    project_out: bool = False  # map each layer's pooled vector through W_O
 
     @classmethod
     def build(
@@ -258,16 +303,32 @@ class Readout:
                 f"this one has {parts.hidden_size}"
             )
             raise ConfigError(msg)
-        plan = CapturePlan(
-            signal=recipe.signal, pool=recipe.pool, layers=config.layers, final_norm=config.final_norm
-        )
+        project_out = recipe.project_out
+        if config.drop_prefix and recipe.name in ("wva", "aligned-wva"):
+            # the last token's heads recomputed from its attention without the prompt's head
+            if config.contrast_layer is not None and config.contrast_layer in config.layers:
+                msg = (
+                    f"drop_prefix recomputes the heads that Contrastive Prompting edits at layer "
+                    f"{config.contrast_layer}: read layers after contrast_layer, or drop one of the two"
+                )
+                raise ConfigError(msg)
+            plan = CapturePlan(signal="value", pool="last_heads", layers=config.layers, drop_prefix=True)
+            project_out = recipe.name == "aligned-wva"
+        else:
+            plan = CapturePlan(
+                signal=recipe.signal,
+                pool=recipe.pool,
+                layers=config.layers,
+                final_norm=config.final_norm,
+                drop_prefix=config.drop_prefix and recipe.pool == "last_attention",
+            )
         dimension = embed_filter.dimension if embed_filter is not None else raw_dimension(recipe, parts)
-        return cls(config, recipe, plan, embed_filter, dimension)
+        return cls(config, recipe, plan, embed_filter, dimension, project_out)
 
     def finish(self, per_layer: Sequence[Tensor], parts: ModelParts) -> Tensor:
         """Per-layer pooled vectors → one embedding per row: W_O (aligned-va), layers, EmbedFilter."""
         vectors = list(per_layer)
-        if self.recipe.project_out:
+        if self.project_out:
             vectors = [
                 through_out_proj(parts, layer, v) for layer, v in zip(self.plan.layers, vectors, strict=True)
             ]

@@ -13,7 +13,9 @@ Signals (captured per selected decoder layer *i*):
 
 Token pooling: ``mean`` over the pooled tokens, ``last`` (last real token), ``position`` (SGPT's
 position-weighted mean), ``last_attention`` (weighted by the last token's attention probabilities,
-averaged over the query heads of each GQA group). Layers are then averaged.
+averaged over the query heads of each GQA group), ``last_heads`` (the last token's per-head attention
+outputs recomputed from its probabilities: how ``wva`` / ``aligned-wva`` read ``drop_prefix``). Layers
+are then averaged.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Literal
 from valuelens.errors import ConfigError
 
 Signal = Literal["value", "query", "key", "head", "attn_out", "hidden", "mlp"]
-TokenPool = Literal["mean", "last", "position", "last_attention"]
+TokenPool = Literal["mean", "last", "position", "last_attention", "last_heads"]
 Space = Literal["value", "residual", "head", "query", "key", "mlp"]
 RecipeName = Literal[
     "va",
@@ -42,6 +44,8 @@ RecipeName = Literal[
 
 #: Signals delivered by the attention function (the others come from module hooks).
 ATTENTION_SIGNALS: frozenset[str] = frozenset({"value", "query", "key"})
+#: Recipes that read the last token's attention (what ``EncoderConfig.drop_prefix`` changes).
+LAST_ATTENTION_RECIPES: frozenset[str] = frozenset({"wva", "aligned-wva", "wva-lt"})
 
 
 @dataclass(frozen=True)

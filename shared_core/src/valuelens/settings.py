@@ -116,6 +116,12 @@ class EncoderSettings(BaseModel):
         frozen=True,
         description="A fitted valuelens.Postprocess state (.safetensors path or 'builtin:NAME') applied last.",
     )
+    drop_prefix: bool = Field(
+        default=False,
+        frozen=True,
+        description="Last-token attention recipes ('wva', 'aligned-wva', 'wva-lt'): drop the keys before the "
+        "text (BOS, the prompt's head) and renormalize the last token's attention over the rest.",
+    )
     preset: str | None = Field(
         default=None,
         frozen=True,

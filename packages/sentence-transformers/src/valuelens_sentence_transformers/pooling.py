@@ -57,7 +57,8 @@ class ValuePooling(Module):
     need :class:`valuelens.Encoder`), ``embed_filter`` (τ, e.g. 2), ``embed_filter_offset``,
     ``max_length`` (``None``: the Transformer's ``max_seq_length``, sentence-transformers' rule),
     ``combine``, ``final_norm``, Token Prepending (``prepend_layers``), Contrastive Prompting
-    (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion`` and ``postprocess``.
+    (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess`` and
+    ``drop_prefix`` (the last token's attention without the prompt's head).
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
     the model is known; the fields given explicitly override it.
     """
@@ -80,6 +81,7 @@ class ValuePooling(Module):
         contrast_prompt: str = "irrelevant",
         fusion: Sequence[Any] = (),
         postprocess: str | None = None,
+        drop_prefix: bool = False,
         *,
         preset: str | None = None,
     ) -> None:
@@ -99,6 +101,7 @@ class ValuePooling(Module):
             "contrast_prompt": contrast_prompt,
             "fusion": fusion,
             "postprocess": postprocess,
+            "drop_prefix": drop_prefix,
         }
         self.encoder_config = EncoderConfig.from_dict(given)
         # with a preset, the fields given away from their defaults override it once the model is known
