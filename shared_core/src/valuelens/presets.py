@@ -32,39 +32,56 @@ if TYPE_CHECKING:
 
 __all__ = ["GENERIC", "PRESETS", "PRESET_NAMES", "load_postprocess", "preset_config", "preset_for"]
 
+#: FutureEOL worded for a sentence: the best of 17 prompt wordings for AlignedWVA on SmolLM2 (STS-B dev,
+#: docs/presets/README.md round 6).
+FUTUREEOL_SENTENCE = 'Forecasting the subsequent tokens of this sentence: "{text}" in one word:"'
+
+_GEMMA: dict[str, Any] = {
+    "recipe": "aligned-wva",
+    "prompt": "futureeol",
+    "prepend_layers": "auto",
+    "drop_prefix": True,
+    "fusion": [{"recipe": "va", "weight": 0.3}],
+}
+
 #: The spec of ``preset="best"`` for a model without its own entry.
 GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 
 #: Per architecture ``(model_type, n_layers, hidden_size)``: the preset name → the spec's fields.
-#: Chosen on a seeded 600-pair sample of STS-B dev (400 for Qwen) and the Lee documents' behaviour,
-#: post-processing fitted on STS-B train sentences (docs/presets/README.md has the tables and commands).
+#: Chosen on STS-B dev (all 1500 pairs for SmolLM2 and gemma; a seeded 400/600-pair sample for Qwen) and
+#: the Lee documents' behaviour, post-processing fitted on 2000 seeded STS-B train sentences
+#: (docs/presets/README.md has the tables and commands).
 #: All-but-the-top helps sentences and hurts documents (Lee −15), so it is the ``"sts"`` preset only;
 #: ``"best"`` centers (fitted on the same sentences), which keeps sentences and helps documents.
 PRESETS: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {
-    # SmolLM2-135M. best: AlignedWVA(FutureEOL) centered: dev 77.9 -> 78.0, Lee 57.4 -> 62.3;
-    # sts: all-but-the-top (2 PCs) instead: dev 79.5, Lee 42.7. Token Prepending, Contrastive
-    # Prompting, fusion, ICL prompts and whitening did not help on dev
+    # SmolLM2-135M (round 6, all 1500 STS-B dev pairs). AlignedWVA under FutureEOL worded "of this
+    # sentence", the prompt's head dropped from the last token's attention (drop_prefix): dev 79.4 -> 81.6.
+    # best: centered: 80.8 (Lee 60.3; the round-5 best, centered AlignedWVA(FutureEOL): 79.2, Lee 62.3);
+    # sts: fused with VA (0.3) + all-but-the-top (4 PCs): 82.9 (round 5: 80.6). Token Prepending,
+    # Contrastive Prompting, ICL prompts and whitening did not help on dev
     ("llama", 30, 576): {
-        "best": {"recipe": "aligned-wva", "prompt": "futureeol", "postprocess": "builtin:smollm2-135m-best"},
-        "sts": {"recipe": "aligned-wva", "prompt": "futureeol", "postprocess": "builtin:smollm2-135m-sts"},
-    },
-    # gemma-3-270m: AlignedWVA(FutureEOL) + Token Prepending (layers 1-3): dev 64.1 -> 69.3. best: fused
-    # with VA (weight 0.3) and centered: dev 74.8, Lee 66.0 (AlignedWVA 49.2, hs-final+ef2 58.9 before);
-    # sts: all-but-the-top (2 PCs) instead: dev 77.9, Lee 46.9. Echo, the best STS recipe before: 74.2
-    ("gemma3_text", 18, 640): {
         "best": {
             "recipe": "aligned-wva",
-            "prompt": "futureeol",
-            "prepend_layers": "auto",
-            "fusion": [{"recipe": "va", "weight": 0.3}],
-            "postprocess": "builtin:gemma3-270m-best",
+            "prompt": FUTUREEOL_SENTENCE,
+            "drop_prefix": True,
+            "postprocess": "builtin:smollm2-135m-best-v2",
         },
         "sts": {
             "recipe": "aligned-wva",
-            "prompt": "futureeol",
-            "prepend_layers": "auto",
-            "postprocess": "builtin:gemma3-270m-sts",
+            "prompt": FUTUREEOL_SENTENCE,
+            "drop_prefix": True,
+            "fusion": [{"recipe": "va", "weight": 0.3}],
+            "postprocess": "builtin:smollm2-135m-sts-v2",
         },
+    },
+    # gemma-3-270m (round 6, all 1500 STS-B dev pairs): AlignedWVA(FutureEOL) + Token Prepending (layers
+    # 1-3), fused with VA (weight 0.3): dev 73.8, with drop_prefix 77.4.
+    # best: centered: 78.2, Lee 66.7 (round 5: 77.2, Lee 66.0); sts: all-but-the-top (4 PCs) instead:
+    # 80.7 (round 5, without drop_prefix or fusion, 2 PCs: 79.4). Echo, the best STS recipe before: 74.2
+    # (600 pairs)
+    ("gemma3_text", 18, 640): {
+        "best": {**_GEMMA, "postprocess": "builtin:gemma3-270m-best-v2"},
+        "sts": {**_GEMMA, "postprocess": "builtin:gemma3-270m-sts-v2"},
     },
     # Qwen2.5-Coder-0.5B. best: AlignedWVA(FutureEOL) fused with VA (weight 0.7): dev 78.7 -> 80.6
     # (400 pairs); Token Prepending did not help, centering costs 1.0 on dev (Lee +5.0). sts: the fusion
@@ -81,7 +98,7 @@ PRESETS: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {
 }
 
 #: ``"best"``: the recommended spec for sentences and documents alike (chosen on STS-B dev, kept only
-#: if it does not lose on document similarity); ``"sts"``: tuned for short-sentence similarity alone
+#: if it does not lose on document similarity against the model's best recipe without a preset); ``"sts"``: tuned for short-sentence similarity alone
 #: (it may hurt documents; the model's ``"best"`` where there is no separate entry); ``"generic"``:
 #: :data:`GENERIC` for every model.
 PRESET_NAMES = ("best", "sts", "generic")
