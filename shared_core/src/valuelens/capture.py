@@ -517,8 +517,9 @@ def start_capture(
             msg = (
                 f"{type(parts.backbone).__name__} ({parts.model_type!r}) does not let valuelens set its "
                 "attention implementation (it bypasses transformers' AttentionInterface), so recipes "
-                f"that read {needs_interface[0]!r} vectors (or need attention probabilities, wva-lt) cannot run "
-                "on it; hidden-state and attention-output recipes (hs, last-token, wmp, wva, aligned-wva) still can"
+                f"that read {needs_interface[0]!r} vectors (or need attention probabilities: wva-lt, drop_prefix) "
+                "cannot run on it; hidden-state and attention-output recipes (hs, last-token, wmp, wva, "
+                "aligned-wva without drop_prefix) still can"
             )
             raise UnsupportedModelError(msg)
         session = CaptureSession(inst, captures, stop_early=stop_early, prepend=prepend, contrast=contrast)
