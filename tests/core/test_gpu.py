@@ -15,15 +15,18 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("recipe", ["va", "wva-lt", "aligned-wva", "hs"])
+@pytest.mark.parametrize(
+    ("recipe", "fields"),
+    [("va", {}), ("wva-lt", {}), ("aligned-wva", {}), ("hs", {}), ("aligned-wva", {"drop_prefix": True})],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_matches_cpu(tiny_tokenizer, recipe, dtype):
+def test_cuda_matches_cpu(tiny_tokenizer, recipe, fields, dtype):
     cpu = build_tiny_model("qwen3", len(tiny_tokenizer))
     gpu = build_tiny_model("qwen3", len(tiny_tokenizer)).to("cuda", dtype)
-    want = Encoder(cpu, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol").encode(
+    want = Encoder(cpu, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol", **fields).encode(
         CORPUS, normalize=True
     )
-    enc = Encoder(gpu, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol")
+    enc = Encoder(gpu, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol", **fields)
     got = enc.encode(CORPUS, normalize=True, convert_to_tensor=True)
     assert got.device.type == "cuda" and got.dtype == torch.float32
     cos = (got.cpu().numpy() * want).sum(1)
