@@ -11,6 +11,8 @@ import torch
 from reference import reference_embeddings
 from tiny_models import CORPUS, FALLBACK_ARCHITECTURES, build_tiny_model
 from valuelens import RECIPES, Encoder
+from valuelens.capture import capturing
+from valuelens.readout import CapturePlan, pooling_inputs
 
 TEXTS = [CORPUS[0], "Cats.", CORPUS[4] + " " + CORPUS[5], CORPUS[2]]
 
@@ -120,8 +122,6 @@ def test_drop_prefix_left_padding(tiny_llama, tiny_tokenizer, recipe):
 
 def test_heads_recomputed_from_attention_equal_the_model_heads(tiny_model, tiny_tokenizer):
     """The ``last_heads`` pool with every key kept is what the attention computes (wva's z)."""
-    from valuelens.readout import CapturePlan
-
     enc = Encoder(tiny_model, tiny_tokenizer, recipe="wva", layers=[0, 2], prompt="prompteol")
     batch = enc.collate(enc.tokenize(TEXTS)[0])
     recomputed = CapturePlan(signal="value", pool="last_heads", layers=(0, 2))
@@ -131,9 +131,6 @@ def test_heads_recomputed_from_attention_equal_the_model_heads(tiny_model, tiny_
         enc.capture(inputs["attention_mask"], batch.span_start, batch.span_end, [enc.readout]) as session,
     ):
         enc.parts.backbone(**inputs)
-    from valuelens.capture import capturing
-    from valuelens.readout import pooling_inputs
-
     _, index = pooling_inputs(inputs["attention_mask"], batch.span_start, batch.span_end, ())
     with (
         torch.no_grad(),
