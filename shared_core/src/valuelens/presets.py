@@ -101,7 +101,8 @@ PRESETS: dict[tuple[str, int, int], dict[str, dict[str, Any]]] = {
 }
 
 #: ``"best"``: the recommended spec for sentences and documents alike (chosen on STS-B dev, kept only
-#: if it does not lose on document similarity against the model's best recipe without a preset); ``"sts"``: tuned for short-sentence similarity alone
+#: if it does not lose on document similarity against the model's best recipe without a preset);
+#: ``"sts"``: tuned for short-sentence similarity alone
 #: (it may hurt documents; the model's ``"best"`` where there is no separate entry); ``"generic"``:
 #: :data:`GENERIC` for every model.
 PRESET_NAMES = ("best", "sts", "generic")
