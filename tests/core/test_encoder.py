@@ -254,6 +254,30 @@ def test_from_pretrained_loads_only_needed_layers(tmp_path, tiny_tokenizer, arch
     np.testing.assert_allclose(keep_all.encode(CORPUS), full, atol=1e-5)
 
 
+def test_a_pruned_model_keeps_the_checkpoints_auto_layers(monkeypatch, tmp_path, tiny_tokenizer):
+    from valuelens import layers
+
+    monkeypatch.setitem(layers.AUTO_LAYERS, ("llama", 4, 64), {"va": (1,), "hs": (0, 1)})
+    model = build_tiny_model("llama", len(tiny_tokenizer))
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    pruned = Encoder.from_pretrained(tmp_path, recipe="va", dtype="float32")
+    assert pruned.parts.n_layers == 2 and pruned.parts.full_depth == 4
+    # a second encoder on the pruned model resolves "auto" for the 4-layer checkpoint, not for 2 layers
+    again = Encoder(pruned.model, pruned.tokenizer, recipe="hs")
+    assert again.layers == (0, 1)
+    np.testing.assert_allclose(
+        again.encode(CORPUS), Encoder(model, tiny_tokenizer, recipe="hs").encode(CORPUS), atol=1e-5
+    )
+    with pytest.raises(ConfigError, match=r"reads layer 3 .* first 2 of 4 decoder layers"):
+        Encoder(pruned.model, pruned.tokenizer, recipe="hs", layers="last")
+    # the recorded depth survives save_pretrained: a reload of the cut model still knows it
+    pruned.model.save_pretrained(tmp_path / "cut")
+    tiny_tokenizer.save_pretrained(tmp_path / "cut")
+    reloaded = Encoder.from_pretrained(tmp_path / "cut", recipe="hs", dtype="float32")
+    assert reloaded.parts.full_depth == 4 and reloaded.layers == (0, 1)
+
+
 def test_repr_and_public_api(enc):
     assert "recipe='va'" in repr(enc) and f"dim={enc.dimension}" in repr(enc)
     assert set(valuelens.__all__) >= {"Encoder", "EmbedFilter", "RECIPES", "__version__", "ValueLensError"}

@@ -268,6 +268,8 @@ def test_a_fitted_postprocess_is_applied_last_and_saved_with_the_spec(llama, tmp
     torch.testing.assert_close(enc.encode(TEXTS, convert_to_tensor=True), expected, atol=1e-5, rtol=1e-4)
     with pytest.raises(ConfigError, match="fitted for another spec"):
         Encoder(model, tok, recipe="hs", layers=(1, 2), postprocess=str(file))
+    with pytest.raises(ConfigError, match=r"fitted for another spec: layers: \(1, 2\) != \(2, 3\)"):
+        Encoder(model, tok, recipe="va", layers=(2, 3), postprocess=str(file))  # same width, other layers
 
 
 def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():

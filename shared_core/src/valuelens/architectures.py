@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -49,6 +50,20 @@ def _first_child(module: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
     return None
 
 
+#: attribute valuelens sets on a transformers text config when it drops the later decoder layers: the
+#: depth the checkpoint was trained with, which ``layers="auto"`` and the presets are keyed on
+FULL_DEPTH_ATTR = "valuelens_full_layers"
+
+
+def full_depth(text_config: Any) -> int:
+    """The decoder depth a (text) config was trained with, also after valuelens pruned layers off.
+
+    Usage: ``full_depth(model.config.get_text_config())`` → ``30`` for SmolLM2-135M loaded with 24 layers.
+    """
+    recorded = getattr(text_config, FULL_DEPTH_ATTR, None)
+    return int(recorded) if recorded is not None else int(text_config.num_hidden_layers)
+
+
 @dataclass(frozen=True, eq=False)
 class ModelParts:
     """The modules of one decoder-only transformer that valuelens hooks, and its sizes."""
@@ -71,7 +86,17 @@ class ModelParts:
 
     @property
     def n_layers(self) -> int:
+        """The decoder layers loaded (fewer than the checkpoint's after pruning: :attr:`full_depth`)."""
         return len(self.layers)
+
+    @property
+    def full_depth(self) -> int:
+        """The checkpoint's decoder depth, which ``layers="auto"`` and the presets are keyed on."""
+        config = getattr(self.backbone, "config", None)
+        try:
+            return max(full_depth(config.get_text_config()), self.n_layers)  # type: ignore[union-attr]
+        except (AttributeError, TypeError, ValueError):  # not a transformers config
+            return self.n_layers
 
     @property
     def value_dim(self) -> int:

@@ -51,6 +51,25 @@ class TruncationWarning(UserWarning):
     """Some texts were longer than ``max_length`` tokens and were cut (the prompt is kept)."""
 
 
+def _check_loaded(config: EncoderConfig, parts: ModelParts) -> None:
+    """Every layer a resolved spec reads (or prepends / contrasts at) must be one the model loaded."""
+    if parts.n_layers == parts.full_depth:
+        return  # resolution already checked the indices against the model's depth
+    read = [config.deepest_layer]
+    if isinstance(config.prepend_layers, tuple):
+        read.append(max(config.prepend_layers))
+    if config.contrast_layer is not None:
+        read.append(config.contrast_layer)
+    if max(read) >= parts.n_layers:
+        msg = (
+            f"this spec reads layer {max(read)} (layers={config.layers!r}), but the model holds only its "
+            f"first {parts.n_layers} of {parts.full_depth} decoder layers (they were cut when it was loaded "
+            "for a shallower spec): load it again, e.g. Encoder.from_pretrained(path, config), or with "
+            "truncate_layers=False"
+        )
+        raise ConfigError(msg)
+
+
 def _split_settings(
     config: EncoderConfig | None, embed_filter: float | EmbedFilter | None, settings: Mapping[str, Any]
 ) -> tuple[EncoderConfig, EmbedFilter | None]:
@@ -110,7 +129,8 @@ class Encoder:
         )
         self.parts: ModelParts = locate(model)
         parts = self.parts
-        self.config: EncoderConfig = spec.resolved(parts.model_type, parts.n_layers, parts.hidden_size)
+        self.config: EncoderConfig = spec.resolved(parts.model_type, parts.full_depth, parts.hidden_size)
+        _check_loaded(self.config, parts)
         if prebuilt is None and spec.embed_filter is not None:
             prebuilt = build_embed_filter(model, spec.embed_filter, spec.embed_filter_offset)
         self.readout = Readout.build(self.config, parts, prebuilt)
@@ -226,7 +246,7 @@ class Encoder:
         try:
             candidate = self.config.replace(**wanted)
             if "layers" in wanted:
-                candidate = candidate.replace(layers=resolve_layers(candidate.layers, self.parts.n_layers))
+                candidate = candidate.replace(layers=resolve_layers(candidate.layers, self.parts.full_depth))
             differing = [item.split(":")[0] for item in candidate.diff(self.config)]
         except ConfigError:  # the given values do not even form a spec together with the encoder's
             differing = [k for k, v in wanted.items() if v != getattr(self.config, k, None)]

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from valuelens.architectures import ModelParts
+from valuelens.architectures import FULL_DEPTH_ATTR, ModelParts, full_depth
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
@@ -116,9 +116,7 @@ def load_model(
     hf_config = load_config(local, trust_remote_code=bool(model_kwargs.get("trust_remote_code", False)))
     text_config = hf_config.get_text_config()
     if keep_layers is not None and keep_layers < text_config.num_hidden_layers:
-        text_config.num_hidden_layers = keep_layers
-        if getattr(text_config, "layer_types", None) is not None:
-            text_config.layer_types = list(text_config.layer_types)[:keep_layers]
+        _cut_config(text_config, keep_layers)
     kwargs = dict(model_kwargs)
     kwargs["trust_remote_code"] = trust_remote_code = bool(kwargs.get("trust_remote_code", False))
     if torch_dtype is None and "device_map" not in kwargs and target.type == "cpu":
@@ -160,10 +158,16 @@ def prune_layers(parts: ModelParts, keep: int) -> None:
         return
     del parts.layers[keep:]
     backbone: Any = parts.backbone  # a transformers PreTrainedModel
-    config = backbone.config.get_text_config()
-    config.num_hidden_layers = keep
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = list(config.layer_types)[:keep]
+    _cut_config(backbone.config.get_text_config(), keep)
+
+
+def _cut_config(text_config: Any, keep: int) -> None:
+    """Shorten a text config to its first ``keep`` layers, recording the checkpoint's depth once
+    (``layers="auto"`` and the presets stay those of the full model, also after a save and reload)."""
+    setattr(text_config, FULL_DEPTH_ATTR, full_depth(text_config))
+    text_config.num_hidden_layers = keep
+    if getattr(text_config, "layer_types", None) is not None:
+        text_config.layer_types = list(text_config.layer_types)[:keep]
 
 
 def build_embed_filter(model: nn.Module, tau: float, offset: int = 0) -> EmbedFilter:
@@ -193,6 +197,4 @@ def resolve_config(
     from valuelens import models
 
     text_config = load_config(models.path(path), trust_remote_code=trust_remote_code).get_text_config()
-    return config.resolved(
-        text_config.model_type, int(text_config.num_hidden_layers), int(text_config.hidden_size)
-    )
+    return config.resolved(text_config.model_type, full_depth(text_config), int(text_config.hidden_size))

@@ -19,6 +19,7 @@ A fitted post-processing state shipped with the package is named ``"builtin:NAME
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from importlib import resources
 from pathlib import Path
@@ -124,12 +125,11 @@ def preset_config(name: str, model: str | os.PathLike[str] | None = None, **over
     """The spec of preset ``name`` for ``model`` (a bundled name, a folder or a hub id; ``None``: the
     default model), read from its config (no weights), with ``overrides`` applied."""
     from valuelens import models
+    from valuelens.architectures import full_depth
     from valuelens.loading import load_config
 
     text_config = load_config(models.path(model)).get_text_config()
-    config = preset_for(
-        text_config.model_type, int(text_config.num_hidden_layers), int(text_config.hidden_size), name
-    )
+    config = preset_for(text_config.model_type, full_depth(text_config), int(text_config.hidden_size), name)
     return config.replace(**overrides) if overrides else config
 
 
@@ -139,6 +139,26 @@ def _builtin_path(name: str) -> Path:
         msg = f"no built-in post-processing state {name!r} (looked for {path})"
         raise ConfigError(msg)
     return path
+
+
+def _unresolved_as(recorded: EncoderConfig, wanted: EncoderConfig) -> EncoderConfig:
+    """``recorded`` with its layer specs taken from ``wanted`` wherever either side is unresolved
+    (``"auto"`` against a tuple cannot be compared without the model); resolved tuples are compared."""
+
+    def unresolved(a: object, b: object) -> bool:
+        return not (isinstance(a, tuple) and isinstance(b, tuple))
+
+    if unresolved(recorded.layers, wanted.layers):
+        recorded = recorded.replace(layers=wanted.layers)
+    if len(recorded.fusion) == len(wanted.fusion):
+        parts = tuple(
+            dataclasses.replace(mine, layers=theirs.layers)
+            if unresolved(mine.layers, theirs.layers)
+            else mine
+            for mine, theirs in zip(recorded.fusion, wanted.fusion, strict=True)
+        )
+        recorded = recorded.replace(fusion=parts)
+    return recorded
 
 
 def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Postprocess:
@@ -164,8 +184,8 @@ def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Pos
         if recorded is not None:
             differing = [
                 item
-                for item in recorded.diff(wanted)
-                if not item.startswith(("max_length", "layers"))  # layers: "auto" vs resolved tuples
+                for item in _unresolved_as(recorded, wanted).diff(wanted)
+                if not item.startswith("max_length")
             ]
             if differing:
                 msg = f"the post-processing state {reference!r} was fitted for another spec: " + "; ".join(

@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules import Module, Transformer
 
 from valuelens import EmbedFilter, Encoder, EncoderConfig
+from valuelens.architectures import full_depth
 from valuelens.config import FIELDS
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
@@ -150,7 +151,7 @@ class ValuePooling(Module):
             text_config = backbone.config.get_text_config()
             config = preset_for(
                 text_config.model_type,
-                int(text_config.num_hidden_layers),
+                full_depth(text_config),
                 int(text_config.hidden_size),
                 self._preset,
             )
