@@ -12,9 +12,16 @@ with ``OUT/SET.json`` holding the texts (and, for STS sets, the pair indices and
 
 Sets: ``dev`` (a seeded 600-pair sample of STS-B dev, the one ``tools/tune_presets.py`` uses),
 ``devall`` (all 1500 STS-B dev pairs),
-``train`` (2000 seeded STS-B train sentences, unlabeled), ``test`` (all STS-B test pairs),
+``train`` (2000 seeded STS-B train sentences, unlabeled), ``trainall`` (every distinct STS-B train
+sentence, unlabeled), ``test`` (all STS-B test pairs),
 ``lee`` (the 50 Lee documents and the pair scores), ``fitdocs`` (unlabeled text that is not a
 reported set: 400 seeded Banking77 train queries, 400 Emotion train texts and 400 SciFact abstracts).
+
+STS sets that are **not** in ``data/`` (never used to choose a setting; their licences do not all allow
+redistribution, so they are read from a checkout of the public repository ``brmson/dataset-sts``, commit
+``e1d3375f5b3bc24f21aa4e46f96eb379e9fc1081``, passed as ``--external DIR``): ``sts12`` … ``sts16`` (the
+SemEval test files of that year with a gold score; STS12 there lacks MSRvid) and ``sickr`` (SICK
+relatedness, its test file); each a seeded sample of 600 pairs (:data:`EXTERNAL_PAIRS`).
 """
 
 from __future__ import annotations
@@ -60,8 +67,52 @@ def _sts(split: str, limit: int | None) -> dict:
     }
 
 
-def build_set(name: str) -> dict:
+#: pairs sampled (seeded) from each external STS set
+EXTERNAL_PAIRS = 600
+EXTERNAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
+
+
+def _pairs_set(rows: list[tuple[str, str, float]]) -> dict:
+    rows = _sample(rows, EXTERNAL_PAIRS)
+    texts = list(dict.fromkeys(t for a, b, _ in rows for t in (a, b)))
+    index = {t: i for i, t in enumerate(texts)}
+    return {
+        "texts": texts,
+        "a": [index[a] for a, _, _ in rows],
+        "b": [index[b] for _, b, _ in rows],
+        "gold": [g for _, _, g in rows],
+    }
+
+
+def external_set(name: str, root: Path) -> dict:
+    """One STS set of the ``brmson/dataset-sts`` checkout at ``root`` (see the module docstring)."""
+    rows: list[tuple[str, str, float]] = []
+    if name == "sickr":
+        lines = (root / "data/sts/sick2014/SICK_test_annotated.txt").read_text(encoding="utf-8").splitlines()
+        for line in lines[1:]:  # pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment
+            fields = line.split("\t")
+            rows.append((fields[1], fields[2], float(fields[3])))
+        return _pairs_set(rows)
+    year = "20" + name.removeprefix("sts")
+    files = sorted((root / "data/sts/semeval-sts" / year).glob("*.test.tsv"))
+    if not files:
+        msg = f"no {year} STS test files under {root}/data/sts/semeval-sts/{year}: pass a checkout of brmson/dataset-sts"
+        raise SystemExit(msg)
+    for file in files:  # score, sentence 1, sentence 2; pairs without a gold score are left out
+        for line in file.read_text(encoding="utf-8").splitlines():
+            fields = line.split("\t")
+            if len(fields) == 3 and fields[0].strip():
+                rows.append((fields[1], fields[2], float(fields[0])))
+    return _pairs_set(rows)
+
+
+def build_set(name: str, external: Path | None = None) -> dict:
     """The texts (and pairs) of one named set."""
+    if name in EXTERNAL_SETS:
+        if external is None:
+            msg = f"set {name!r} is read from a checkout of brmson/dataset-sts: pass --external DIR"
+            raise SystemExit(msg)
+        return external_set(name, external)
     if name == "dev":
         return _sts("dev", 600)
     if name == "devall":
@@ -70,6 +121,8 @@ def build_set(name: str) -> dict:
         return _sts("test", None)
     if name == "train":
         return {"texts": train_sentences(2000)}
+    if name == "trainall":
+        return {"texts": train_sentences(None)}
     if name == "lee":
         docs = _jsonl(DATA / "lee" / "docs.jsonl")
         pairs = _jsonl(DATA / "lee" / "test.jsonl")
@@ -97,13 +150,14 @@ def main() -> None:
     parser.add_argument("--specs", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--sets", default="dev,train,lee,fitdocs")
+    parser.add_argument("--external", type=Path, default=None, help="a checkout of brmson/dataset-sts")
     args = parser.parse_args()
     torch.manual_seed(0)
     specs = json.loads(Path(args.specs).read_text())
     model, tokenizer = load_model(models.path(args.model), device="cpu")
     args.out.mkdir(parents=True, exist_ok=True)
     for set_name in args.sets.split(","):
-        data = build_set(set_name)
+        data = build_set(set_name, args.external)
         (args.out / f"{set_name}.json").write_text(json.dumps(data))
         todo = [n for n in specs if not (args.out / f"{n}.{set_name}.npy").exists()]
         if not todo:

@@ -7,10 +7,13 @@ Usage::
         --post none,abtt:2@train,abtt:2@train+fitdocs --sets dev,lee
 
 A combination is ``A+B`` (prompt passes averaged, as a multi-template prompt does) or ``A|B:w``
-(fusion: L2-normalized, B scaled by w, concatenated); ``A[12-20]`` is the layer band 12-20 of the
+(fusion: L2-normalized, B scaled by w, concatenated), and ``COMBO~POST`` scores it with its own
+post-processing instead of ``--post``; ``A[12-20]`` is the layer band 12-20 of the
 per-layer specs ``A-L12`` … ``A-L20`` (mean over the band); a post-processing is ``KIND[:K]@CORPUS[+CORPUS]``
+(``K``: the components of ``abtt``, the dimensions ``whiten`` keeps)
 fitted on the combination's vectors of those cached sets (never a reported set). Prints Spearman ×100
-of the cosine per set. ``--save STATE --spec SPEC.json`` keeps the fitted state (one combination,
+of the cosine per set (``--mean``: and their mean; ``--bootstrap N``: each row's gain in that mean over
+the first row, with a 95% interval from N paired resamples of the pairs). ``--save STATE --spec SPEC.json`` keeps the fitted state (one combination,
 one post-processing) for the spec it was computed with, as ``valuelens fit`` would.
 """
 
@@ -59,9 +62,37 @@ def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
     return fused.numpy()
 
 
-def score(vec: np.ndarray, data: dict) -> float:
+def cosines(vec: np.ndarray, data: dict) -> np.ndarray:
+    """The cosine of each scored pair of ``data``."""
     a, b = _unit(vec[data["a"]]), _unit(vec[data["b"]])
-    return float(spearmanr((a * b).sum(1), data["gold"]).statistic) * 100
+    return (a * b).sum(1)
+
+
+def score(vec: np.ndarray, data: dict) -> float:
+    return float(spearmanr(cosines(vec, data), data["gold"]).statistic) * 100
+
+
+def bootstrap_gain(
+    rows: list[dict[str, np.ndarray]], sets: dict[str, dict], n: int, seed: int = 0
+) -> list[tuple[float, float, float]]:
+    """Each row's gain over the first row in the mean Spearman over the sets, with a 95% interval from
+    ``n`` paired bootstrap resamples of each set's pairs (the same resample for every row)."""
+    rng = np.random.default_rng(seed)
+    draws = np.zeros((n, len(rows)))
+    for name, data in sets.items():
+        gold = np.asarray(data["gold"])
+        for i in range(n):
+            pick = rng.integers(0, len(gold), len(gold))
+            for r, row in enumerate(rows):
+                draws[i, r] += spearmanr(row[name][pick], gold[pick]).statistic * 100 / len(sets)
+    gains = draws - draws[:, :1]
+    point = [
+        float(np.mean([spearmanr(row[s], sets[s]["gold"]).statistic * 100 for s in sets])) for row in rows
+    ]
+    return [
+        (point[r] - point[0], float(np.percentile(gains[:, r], 2.5)), float(np.percentile(gains[:, r], 97.5)))
+        for r in range(len(rows))
+    ]
 
 
 def main() -> None:
@@ -70,6 +101,13 @@ def main() -> None:
     parser.add_argument("combos", nargs="+")
     parser.add_argument("--post", default="none")
     parser.add_argument("--sets", default="dev,lee")
+    parser.add_argument("--mean", action="store_true", help="add a column with the mean over the sets")
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        help="N: each row's gain in the mean over the sets against the first row, with a 95%% paired-bootstrap interval",
+    )
     parser.add_argument(
         "--save",
         type=Path,
@@ -84,16 +122,19 @@ def main() -> None:
     if args.save and (len(args.combos) != 1 or "," in args.post or args.post == "none" or not args.spec):
         raise SystemExit("--save needs one combination, one post-processing and --spec")
     sets = {s: json.loads((args.cache / f"{s}.json").read_text()) for s in args.sets.split(",")}
-    print("| combination | post-processing | " + " | ".join(sets) + " |")
-    print("|---|---|" + "---:|" * len(sets))
-    for combo in args.combos:
-        for post in args.post.split(","):
+    mean = ["mean"] if args.mean else []
+    print("| combination | post-processing | " + " | ".join([*sets, *mean]) + " |")
+    print("|---|---|" + "---:|" * (len(sets) + len(mean)))
+    rows: list[tuple[str, dict[str, np.ndarray]]] = []
+    for entry in args.combos:
+        combo, _, own = entry.partition("~")  # COMBO~POST: this combination with its own post-processing
+        for post in [own] if own else args.post.split(","):
             fitted = None
             if post != "none":
                 kind_k, _, corpus = post.partition("@")
                 kind, _, k = kind_k.partition(":")
                 fit_vecs = np.concatenate([combine(args.cache, combo, c) for c in corpus.split("+")])
-                kw = {"k": int(k)} if k else {}
+                kw = {("dim" if kind == "whiten" else "k"): int(k)} if k else {}  # whiten:N keeps N dims
                 extra = {}
                 if args.save:
                     extra = {
@@ -106,13 +147,26 @@ def main() -> None:
                 fitted = Postprocess.fit(fit_vecs, kind=kind, **kw, **extra)
                 if args.save:
                     fitted.save(args.save)
-            cells = []
+            row = {}
             for name, data in sets.items():
                 vec = combine(args.cache, combo, name)
                 if fitted is not None:
                     vec = fitted.transform(torch.from_numpy(vec).float()).double().numpy()
-                cells.append(f"{score(vec, data):.2f}")
+                row[name] = cosines(vec, data)
+            rows.append((f"{combo} ({post})", row))
+            scores = [
+                float(spearmanr(row[name], data["gold"]).statistic) * 100 for name, data in sets.items()
+            ]
+            cells = [f"{x:.2f}" for x in [*scores, *([float(np.mean(scores))] if args.mean else [])]]
             print(f"| {combo} | {post} | " + " | ".join(cells) + " |", flush=True)
+    if args.bootstrap and len(rows) > 1:
+        gains = bootstrap_gain([r for _, r in rows], sets, args.bootstrap)
+        print(
+            f"\ngain in the mean over {', '.join(sets)} against {rows[0][0]} ({args.bootstrap} paired resamples):\n"
+        )
+        print("| combination | gain | 95% interval |\n|---|---:|---|")
+        for (label, _), (gain, lo, hi) in zip(rows[1:], gains[1:], strict=True):
+            print(f"| {label} | {gain:+.2f} | [{lo:+.2f}, {hi:+.2f}] |")
 
 
 if __name__ == "__main__":

@@ -39,10 +39,12 @@ def stsb_pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.
     )
 
 
-def train_sentences(n: int) -> list[str]:
-    """``n`` seeded distinct STS-B train sentences (unlabeled), to fit a post-processing on."""
+def train_sentences(n: int | None) -> list[str]:
+    """``n`` seeded distinct STS-B train sentences (unlabeled; all when ``None``), to fit a post-processing on."""
     rows = [json.loads(x) for x in (ROOT / "data/stsb/train.jsonl").read_text().splitlines()]
     pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
+    if n is None:
+        return pool
     return [pool[i] for i in sorted(np.random.default_rng(0).choice(len(pool), n, replace=False))]
 
 

@@ -1,0 +1,59 @@
+"""The tuning tools' own logic: the external STS sets' reader and the paired bootstrap of score_cache."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+
+@pytest.fixture(scope="module")
+def tools():
+    sys.path.insert(0, str(TOOLS))
+    try:
+        yield importlib.import_module("embed_cache"), importlib.import_module("score_cache")
+    finally:
+        sys.path.remove(str(TOOLS))
+
+
+def test_external_sts_sets_read_scored_pairs_only(tools, tmp_path):
+    embed_cache, _ = tools
+    year = tmp_path / "data/sts/semeval-sts/2015"
+    year.mkdir(parents=True)
+    (year / "a.test.tsv").write_text("4.0\tA cat sits.\tA cat is sitting.\n\tNo gold.\tLeft out.\n")
+    (year / "b.test.tsv").write_text("1.5\tA dog runs.\tA cat is sitting.\n")
+    data = embed_cache.external_set("sts15", tmp_path)
+    assert data["gold"] == [4.0, 1.5]
+    assert [data["texts"][i] for i in data["a"]] == ["A cat sits.", "A dog runs."]
+    assert [data["texts"][i] for i in data["b"]] == ["A cat is sitting.", "A cat is sitting."]
+    assert len(data["texts"]) == 3  # a text in two pairs is embedded once
+    sick = tmp_path / "data/sts/sick2014"
+    sick.mkdir(parents=True)
+    (sick / "SICK_test_annotated.txt").write_text(
+        "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+        "6\tA boy plays.\tA kid plays.\t4.5\tENTAILMENT\n"
+    )
+    assert embed_cache.external_set("sickr", tmp_path)["gold"] == [4.5]
+    with pytest.raises(SystemExit, match="brmson/dataset-sts"):
+        embed_cache.external_set("sts12", tmp_path)
+    with pytest.raises(SystemExit, match="--external"):
+        embed_cache.build_set("sts13", None)
+
+
+def test_bootstrap_gain_is_paired_and_signed(tools):
+    _, score_cache = tools
+    rng = np.random.default_rng(0)
+    gold = rng.normal(size=300)
+    sets = {"s": {"gold": gold.tolist()}}
+    base = {"s": gold + rng.normal(scale=2.0, size=300)}
+    better = {"s": gold + rng.normal(scale=0.5, size=300)}
+    gains = score_cache.bootstrap_gain([base, base, better], sets, 200)
+    assert gains[0] == (0.0, 0.0, 0.0)
+    assert gains[1] == (0.0, 0.0, 0.0)  # the same cosines: no gain in any resample
+    gain, low, high = gains[2]
+    assert 0 < low < gain < high
