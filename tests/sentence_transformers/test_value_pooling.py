@@ -286,6 +286,20 @@ def test_preset_is_resolved_when_the_model_is_known(tiny_model_dir, tmp_path):
     np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
 
 
+def test_a_preset_on_a_cut_checkpoint_is_the_full_models(tiny_model_dir, tmp_path, monkeypatch):
+    from valuelens import presets
+
+    monkeypatch.setitem(presets.PRESETS, ("llama", 4, 64), {"best": {"recipe": "hs", "layers": [0, 1]}})
+    cut = Encoder.from_pretrained(tiny_model_dir["llama"], recipe="va", layers=[1])  # keeps 2 of 4 layers
+    cut.model.save_pretrained(tmp_path / "cut")
+    cut.tokenizer.save_pretrained(tmp_path / "cut")
+    model = _st(str(tmp_path / "cut"), preset="best")
+    assert model[1].encoder_config.recipe == "hs"  # the 4-layer checkpoint's preset, not the generic one
+    assert model[1].encoder_config.layers == (0, 1)
+    reference = Encoder.from_pretrained(tiny_model_dir["llama"], recipe="hs", layers=[0, 1])
+    np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+
+
 def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_path):
     from valuelens import Postprocess
 
