@@ -269,8 +269,12 @@ def test_a_pruned_model_keeps_the_checkpoints_auto_layers(monkeypatch, tmp_path,
     np.testing.assert_allclose(
         again.encode(CORPUS), Encoder(model, tiny_tokenizer, recipe="hs").encode(CORPUS), atol=1e-5
     )
-    with pytest.raises(ConfigError, match=r"reads layer 3 .* first 2 of 4 decoder layers"):
+    with pytest.raises(ConfigError, match=r"\(layers=3\): only its first 2 of 4 layers"):
         Encoder(pruned.model, pruned.tokenizer, recipe="hs", layers="last")
+    with pytest.raises(ConfigError, match=r"\(fusion\[0\]\.layers=2\)"):
+        Encoder(
+            pruned.model, pruned.tokenizer, recipe="hs", layers=[1], fusion=[{"recipe": "va", "layers": [2]}]
+        )
     # the recorded depth survives save_pretrained: a reload of the cut model still knows it
     pruned.model.save_pretrained(tmp_path / "cut")
     tiny_tokenizer.save_pretrained(tmp_path / "cut")

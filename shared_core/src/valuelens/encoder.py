@@ -55,17 +55,16 @@ def _check_loaded(config: EncoderConfig, parts: ModelParts) -> None:
     """Every layer a resolved spec reads (or prepends / contrasts at) must be one the model loaded."""
     if parts.n_layers == parts.full_depth:
         return  # resolution already checked the indices against the model's depth
-    read = [config.deepest_layer]
-    if isinstance(config.prepend_layers, tuple):
-        read.append(max(config.prepend_layers))
-    if config.contrast_layer is not None:
-        read.append(config.contrast_layer)
-    if max(read) >= parts.n_layers:
+    used: list[tuple[str, object]] = [("layers", config.layers)]
+    used += [(f"fusion[{i}].layers", part.layers) for i, part in enumerate(config.fusion)]
+    used += [("prepend_layers", config.prepend_layers), ("contrast_layer", config.contrast_layer)]
+    deepest = {name: max(spec) if isinstance(spec, tuple) else spec for name, spec in used}
+    missing = [f"{name}={i}" for name, i in deepest.items() if isinstance(i, int) and i >= parts.n_layers]
+    if missing:
         msg = (
-            f"this spec reads layer {max(read)} (layers={config.layers!r}), but the model holds only its "
-            f"first {parts.n_layers} of {parts.full_depth} decoder layers (they were cut when it was loaded "
-            "for a shallower spec): load it again, e.g. Encoder.from_pretrained(path, config), or with "
-            "truncate_layers=False"
+            f"this spec reads a decoder layer the model does not hold ({', '.join(missing)}): only its first "
+            f"{parts.n_layers} of {parts.full_depth} layers were loaded (cut for a shallower spec); load "
+            "it again, e.g. Encoder.from_pretrained(path, config), or with truncate_layers=False"
         )
         raise ConfigError(msg)
 
