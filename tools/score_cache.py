@@ -68,10 +68,6 @@ def cosines(vec: np.ndarray, data: dict) -> np.ndarray:
     return (a * b).sum(1)
 
 
-def score(vec: np.ndarray, data: dict) -> float:
-    return float(spearmanr(cosines(vec, data), data["gold"]).statistic) * 100
-
-
 def bootstrap_gain(
     rows: list[dict[str, np.ndarray]], sets: dict[str, dict], n: int, seed: int = 0
 ) -> list[tuple[float, float, float]]:
