@@ -55,33 +55,26 @@ def _sample(items: list, n: int, seed: int = 0) -> list:
     return [items[i] for i in keep]
 
 
-def _sts(split: str, limit: int | None) -> dict:
-    s1, s2, gold = stsb_pairs(split, limit)  # the sample tools/tune_presets.py scores
-    texts = list(dict.fromkeys(t for pair in zip(s1, s2, strict=True) for t in pair))  # pair order
-    index = {t: i for i, t in enumerate(texts)}
-    return {
-        "texts": texts,
-        "a": [index[t] for t in s1],
-        "b": [index[t] for t in s2],
-        "gold": gold.tolist(),
-    }
-
-
-#: pairs sampled (seeded) from each external STS set
-EXTERNAL_PAIRS = 600
-EXTERNAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
-
-
 def _pairs_set(rows: list[tuple[str, str, float]]) -> dict:
-    rows = _sample(rows, EXTERNAL_PAIRS)
+    """Scored pairs as a set: the distinct texts in pair order, each pair's two indices and gold score."""
     texts = list(dict.fromkeys(t for a, b, _ in rows for t in (a, b)))
     index = {t: i for i, t in enumerate(texts)}
     return {
         "texts": texts,
         "a": [index[a] for a, _, _ in rows],
         "b": [index[b] for _, b, _ in rows],
-        "gold": [g for _, _, g in rows],
+        "gold": [float(g) for _, _, g in rows],
     }
+
+
+def _sts(split: str, limit: int | None) -> dict:
+    s1, s2, gold = stsb_pairs(split, limit)  # the sample tools/tune_presets.py scores
+    return _pairs_set(list(zip(s1, s2, gold.tolist(), strict=True)))
+
+
+#: pairs sampled (seeded) from each external STS set
+EXTERNAL_PAIRS = 600
+EXTERNAL_SETS = ("sts12", "sts13", "sts14", "sts15", "sts16", "sickr")
 
 
 def external_set(name: str, root: Path) -> dict:
@@ -92,7 +85,7 @@ def external_set(name: str, root: Path) -> dict:
         for line in lines[1:]:  # pair_ID, sentence_A, sentence_B, relatedness_score, entailment_judgment
             fields = line.split("\t")
             rows.append((fields[1], fields[2], float(fields[3])))
-        return _pairs_set(rows)
+        return _pairs_set(_sample(rows, EXTERNAL_PAIRS))
     year = "20" + name.removeprefix("sts")
     files = sorted((root / "data/sts/semeval-sts" / year).glob("*.test.tsv"))
     if not files:
@@ -103,7 +96,7 @@ def external_set(name: str, root: Path) -> dict:
             fields = line.split("\t")
             if len(fields) == 3 and fields[0].strip():
                 rows.append((fields[1], fields[2], float(fields[0])))
-    return _pairs_set(rows)
+    return _pairs_set(_sample(rows, EXTERNAL_PAIRS))
 
 
 def build_set(name: str, external: Path | None = None) -> dict:

@@ -64,6 +64,14 @@ def full_depth(text_config: Any) -> int:
     return int(recorded) if recorded is not None else int(text_config.num_hidden_layers)
 
 
+def model_key(text_config: Any) -> tuple[str, int, int]:
+    """``(model_type, full depth, hidden_size)``: what ``layers="auto"`` and the presets are keyed on.
+
+    Usage: ``preset_for(*model_key(config.get_text_config()), "best")``.
+    """
+    return str(text_config.model_type), full_depth(text_config), int(text_config.hidden_size)
+
+
 @dataclass(frozen=True, eq=False)
 class ModelParts:
     """The modules of one decoder-only transformer that valuelens hooks, and its sizes."""
@@ -97,6 +105,11 @@ class ModelParts:
             return max(full_depth(config.get_text_config()), self.n_layers)  # type: ignore[union-attr]
         except (AttributeError, TypeError, ValueError):  # not a transformers config
             return self.n_layers
+
+    @property
+    def model_key(self) -> tuple[str, int, int]:
+        """``(model_type, full_depth, hidden_size)``, as :func:`model_key` of its config."""
+        return self.model_type, self.full_depth, self.hidden_size
 
     @property
     def value_dim(self) -> int:

@@ -128,7 +128,7 @@ class Encoder:
         )
         self.parts: ModelParts = locate(model)
         parts = self.parts
-        self.config: EncoderConfig = spec.resolved(parts.model_type, parts.full_depth, parts.hidden_size)
+        self.config: EncoderConfig = spec.resolved(*parts.model_key)
         _check_loaded(self.config, parts)
         if prebuilt is None and spec.embed_filter is not None:
             prebuilt = build_embed_filter(model, spec.embed_filter, spec.embed_filter_offset)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from valuelens.architectures import FULL_DEPTH_ATTR, ModelParts, full_depth
+from valuelens.architectures import FULL_DEPTH_ATTR, ModelParts, full_depth, model_key
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
@@ -197,4 +197,4 @@ def resolve_config(
     from valuelens import models
 
     text_config = load_config(models.path(path), trust_remote_code=trust_remote_code).get_text_config()
-    return config.resolved(text_config.model_type, full_depth(text_config), int(text_config.hidden_size))
+    return config.resolved(*model_key(text_config))

@@ -125,11 +125,11 @@ def preset_config(name: str, model: str | os.PathLike[str] | None = None, **over
     """The spec of preset ``name`` for ``model`` (a bundled name, a folder or a hub id; ``None``: the
     default model), read from its config (no weights), with ``overrides`` applied."""
     from valuelens import models
-    from valuelens.architectures import full_depth
+    from valuelens.architectures import model_key
     from valuelens.loading import load_config
 
     text_config = load_config(models.path(model)).get_text_config()
-    config = preset_for(text_config.model_type, full_depth(text_config), int(text_config.hidden_size), name)
+    config = preset_for(*model_key(text_config), name)
     return config.replace(**overrides) if overrides else config
 
 

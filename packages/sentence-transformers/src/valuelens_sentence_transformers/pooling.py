@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules import Module, Transformer
 
 from valuelens import EmbedFilter, Encoder, EncoderConfig
-from valuelens.architectures import full_depth
+from valuelens.architectures import model_key
 from valuelens.config import FIELDS
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
@@ -149,12 +149,7 @@ class ValuePooling(Module):
             raise UnsupportedModelError(msg)
         if self._preset is not None:  # the model is known now: its preset, then the explicit fields
             text_config = backbone.config.get_text_config()
-            config = preset_for(
-                text_config.model_type,
-                full_depth(text_config),
-                int(text_config.hidden_size),
-                self._preset,
-            )
+            config = preset_for(*model_key(text_config), self._preset)
             self.encoder_config = config.replace(**self._overrides)
             self._check_passes(self.encoder_config)
             self._preset = None

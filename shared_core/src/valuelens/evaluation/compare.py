@@ -66,9 +66,7 @@ def variant_encoders(
             config = variant.config
             if config is None:
                 parts = probe.parts
-                config = preset_for(
-                    parts.model_type, parts.full_depth, parts.hidden_size, str(variant.preset)
-                )
+                config = preset_for(*parts.model_key, str(variant.preset))
             if max_length is not None:
                 config = config.replace(max_length=max_length)
             encoders[variant.label] = Encoder(

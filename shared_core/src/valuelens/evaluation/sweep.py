@@ -146,7 +146,7 @@ class LayerSweeper:
         self.recipes = list(recipes)
         self.prompt = prompt
         self.n_layers = probe.parts.n_layers
-        self.model_key = (probe.parts.model_type, probe.parts.full_depth, probe.parts.hidden_size)
+        self.model_key = probe.parts.model_key
         self._shared = SharedEncoding(
             [
                 Encoder(probe.model, probe.tokenizer, recipe=recipe, layers=[i], prompt=prompt)
