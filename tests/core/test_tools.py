@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from valuelens import EncoderConfig
+from valuelens.presets import preset_for
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
@@ -57,3 +61,16 @@ def test_bootstrap_gain_is_paired_and_signed(tools):
     assert gains[1] == (0.0, 0.0, 0.0)  # the same cosines: no gain in any resample
     gain, low, high = gains[2]
     assert 0 < low < gain < high
+
+
+@pytest.mark.parametrize(
+    ("spec_file", "key", "preset"),
+    [
+        ("qwen2.5-coder-0.5b-best-fesent.json", ("qwen2", 24, 896), "sts"),
+        ("spec-smollm2-135m-sts.json", ("llama", 30, 576), "sts"),
+    ],
+)
+def test_a_spec_file_the_docs_report_for_a_preset_is_that_preset(spec_file, key, preset):
+    """docs/results reports a preset run from these files (and the states were fitted for them)."""
+    spec = EncoderConfig.from_dict(json.loads((TOOLS.parent / "docs/presets" / spec_file).read_text()))
+    assert spec == preset_for(*key, preset).replace(postprocess=None)
