@@ -1,4 +1,5 @@
-"""The tuning tools' own logic: the external STS sets' reader and the paired bootstrap of score_cache."""
+"""The tuning tools' own logic: the external STS sets' reader, the paired bootstrap of score_cache, and
+the spec files the built-in states were fitted for."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def test_bootstrap_gain_is_paired_and_signed(tools):
     ],
 )
 def test_a_spec_file_the_docs_report_for_a_preset_is_that_preset(spec_file, key, preset):
-    """docs/results reports a preset run from these files (and the states were fitted for them)."""
+    """The preset's state was fitted (``score_cache.py --save --spec FILE``) and its held-out checks run
+    for this file: it must stay the preset's spec without the post-processing."""
     spec = EncoderConfig.from_dict(json.loads((TOOLS.parent / "docs/presets" / spec_file).read_text()))
     assert spec == preset_for(*key, preset).replace(postprocess=None)
