@@ -13,8 +13,9 @@ per-layer specs ``A-L12`` … ``A-L20`` (mean over the band); a post-processing 
 (``K``: the components of ``abtt``, the dimensions ``whiten`` keeps)
 fitted on the combination's vectors of those cached sets (never a reported set). Prints Spearman ×100
 of the cosine per set (``--mean``: and their mean; ``--bootstrap N``: each row's gain in that mean over
-the first row, with a 95% interval from N paired resamples of the pairs). ``--save STATE --spec SPEC.json`` keeps the fitted state (one combination,
-one post-processing) for the spec it was computed with, as ``valuelens fit`` would.
+the first row, with a 95% interval from N paired resamples of the pairs). ``--save STATE --spec
+SPEC.json`` keeps the fitted state (one combination, one post-processing) for the spec it was computed
+with, as ``valuelens fit`` would.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def cosines(vec: np.ndarray, data: dict) -> np.ndarray:
     return (a * b).sum(1)
 
 
+def spearman(cos: np.ndarray, gold: np.ndarray | list[float]) -> float:
+    """Spearman ×100 of the cosines against the gold scores."""
+    return float(spearmanr(cos, gold).statistic) * 100
+
+
 def bootstrap_gain(
     rows: list[dict[str, np.ndarray]], sets: dict[str, dict], n: int, seed: int = 0
 ) -> list[tuple[float, float, float]]:
@@ -80,11 +86,9 @@ def bootstrap_gain(
         for i in range(n):
             pick = rng.integers(0, len(gold), len(gold))
             for r, row in enumerate(rows):
-                draws[i, r] += spearmanr(row[name][pick], gold[pick]).statistic * 100 / len(sets)
+                draws[i, r] += spearman(row[name][pick], gold[pick]) / len(sets)
     gains = draws - draws[:, :1]
-    point = [
-        float(np.mean([spearmanr(row[s], sets[s]["gold"]).statistic * 100 for s in sets])) for row in rows
-    ]
+    point = [float(np.mean([spearman(row[s], sets[s]["gold"]) for s in sets])) for row in rows]
     return [
         (point[r] - point[0], float(np.percentile(gains[:, r], 2.5)), float(np.percentile(gains[:, r], 97.5)))
         for r in range(len(rows))
@@ -150,9 +154,7 @@ def main() -> None:
                     vec = fitted.transform(torch.from_numpy(vec).float()).double().numpy()
                 row[name] = cosines(vec, data)
             rows.append((f"{combo} ({post})", row))
-            scores = [
-                float(spearmanr(row[name], data["gold"]).statistic) * 100 for name, data in sets.items()
-            ]
+            scores = [spearman(row[name], data["gold"]) for name, data in sets.items()]
             cells = [f"{x:.2f}" for x in [*scores, *([float(np.mean(scores))] if args.mean else [])]]
             print(f"| {combo} | {post} | " + " | ".join(cells) + " |", flush=True)
     if args.bootstrap and len(rows) > 1:
