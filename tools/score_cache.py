@@ -63,6 +63,26 @@ def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
     return fused.numpy()
 
 
+def fit_post(cache: Path, combo: str, post: str, **extra: object) -> Postprocess | None:
+    """The post-processing ``KIND[:K]@CORPUS[+CORPUS]`` fitted on ``combo``'s cached vectors of those
+    sets (``None`` for ``"none"``); ``extra`` goes to :meth:`Postprocess.fit` (what a saved state records)."""
+    if post == "none":
+        return None
+    kind_k, _, corpus = post.partition("@")
+    kind, _, k = kind_k.partition(":")
+    fit_vecs = np.concatenate([combine(cache, combo, c) for c in corpus.split("+")])
+    kw = {("dim" if kind == "whiten" else "k"): int(k)} if k else {}  # whiten:N keeps N dims
+    fitted_on = f"{len(fit_vecs)} texts of tools/embed_cache.py sets {corpus}"
+    return Postprocess.fit(fit_vecs, kind=kind, **kw, fitted_on=fitted_on, **extra)
+
+
+def transform(fitted: Postprocess | None, vec: np.ndarray) -> np.ndarray:
+    """``vec`` through a fitted post-processing (unchanged for ``None``)."""
+    if fitted is None:
+        return vec
+    return fitted.transform(torch.from_numpy(vec).float()).double().numpy()
+
+
 def cosines(vec: np.ndarray, data: dict) -> np.ndarray:
     """The cosine of each scored pair of ``data``."""
     a, b = _unit(vec[data["a"]]), _unit(vec[data["b"]])
@@ -129,30 +149,21 @@ def main() -> None:
     for entry in args.combos:
         combo, _, own = entry.partition("~")  # COMBO~POST: this combination with its own post-processing
         for post in [own] if own else args.post.split(","):
-            fitted = None
-            if post != "none":
-                kind_k, _, corpus = post.partition("@")
-                kind, _, k = kind_k.partition(":")
-                fit_vecs = np.concatenate([combine(args.cache, combo, c) for c in corpus.split("+")])
-                kw = {("dim" if kind == "whiten" else "k"): int(k)} if k else {}  # whiten:N keeps N dims
-                extra = {}
-                if args.save:
-                    extra = {
-                        "fitted_on": f"{len(fit_vecs)} texts of tools/embed_cache.py sets {corpus}",
-                        "model": args.model,
-                        "encoder_config": resolve_config(  # as an Encoder on the model records it
-                            args.model, EncoderConfig.from_dict(json.loads(args.spec.read_text()))
-                        ).to_dict(),
-                    }
-                fitted = Postprocess.fit(fit_vecs, kind=kind, **kw, **extra)
-                if args.save:
-                    fitted.save(args.save)
-            row = {}
-            for name, data in sets.items():
-                vec = combine(args.cache, combo, name)
-                if fitted is not None:
-                    vec = fitted.transform(torch.from_numpy(vec).float()).double().numpy()
-                row[name] = cosines(vec, data)
+            extra = {}
+            if args.save:
+                extra = {
+                    "model": args.model,
+                    "encoder_config": resolve_config(  # as an Encoder on the model records it
+                        args.model, EncoderConfig.from_dict(json.loads(args.spec.read_text()))
+                    ).to_dict(),
+                }
+            fitted = fit_post(args.cache, combo, post, **extra)
+            if args.save and fitted is not None:
+                fitted.save(args.save)
+            row = {
+                name: cosines(transform(fitted, combine(args.cache, combo, name)), data)
+                for name, data in sets.items()
+            }
             rows.append((f"{combo} ({post})", row))
             scores = [spearman(row[name], data["gold"]) for name, data in sets.items()]
             cells = [f"{x:.2f}" for x in [*scores, *([float(np.mean(scores))] if args.mean else [])]]

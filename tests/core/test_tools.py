@@ -1,5 +1,5 @@
-"""The tuning tools' own logic: the external STS sets' reader, the paired bootstrap of score_cache, and
-the spec files the built-in states were fitted for."""
+"""The tuning tools' own logic: the external STS sets' reader, the paired bootstrap of score_cache,
+fuse_posted's per-part post-processing, and the spec files the built-in states were fitted for."""
 
 from __future__ import annotations
 
@@ -77,3 +77,29 @@ def test_a_spec_file_the_docs_report_for_a_preset_is_that_preset(spec_file, key,
     for this file: it must stay the preset's spec without the post-processing."""
     spec = EncoderConfig.from_dict(json.loads((TOOLS.parent / "docs/presets" / spec_file).read_text()))
     assert spec == preset_for(*key, preset).replace(postprocess=None)
+
+
+def test_fuse_posted_weighs_two_post_processed_parts(tools, tmp_path):
+    """Weight 0 scores the first part under its own post-processing; a large weight the second."""
+    _, score_cache = tools
+    fuse_posted = importlib.import_module("fuse_posted")
+    rng = np.random.default_rng(0)
+    n = 40
+    gold = rng.normal(size=n)
+    base = rng.normal(size=(2 * n, 8))
+    for name, noise in (("p", 0.5), ("q", 2.0)):
+        np.save(tmp_path / f"{name}.s.npy", base + rng.normal(scale=noise, size=base.shape))
+        np.save(tmp_path / f"{name}.train.npy", rng.normal(size=(60, 8)) + 3.0)
+    data = {"a": list(range(n)), "b": list(range(n, 2 * n)), "gold": gold.tolist()}
+    (tmp_path / "s.json").write_text(json.dumps(data))
+
+    def alone(combo: str, post: str) -> float:
+        fitted = score_cache.fit_post(tmp_path, combo, post)
+        vec = score_cache.transform(fitted, score_cache.combine(tmp_path, combo, "s"))
+        return score_cache.spearman(score_cache.cosines(vec, data), gold)
+
+    table = fuse_posted.scores(tmp_path, "p~center@train", "q~abtt:1@train", [0.0, 1.0, 1e4], ["s"])
+    assert table[0][0] == pytest.approx(alone("p", "center@train"), abs=1e-9)
+    assert table[2][0] == pytest.approx(alone("q", "abtt:1@train"), abs=1e-6)
+    assert table[1][0] not in (table[0][0], table[2][0])  # an even fusion is neither part
+    assert alone("p", "center@train") != pytest.approx(alone("p", "none"), abs=1e-6)  # the post counts
