@@ -1,5 +1,7 @@
-"""Score two cached combinations fused after each got its own post-processing (``tools/score_cache.py``
-fuses first and post-processes the concatenation), at several weights of the second.
+"""Score two cached combinations, each under its own post-processing, fused at several weights.
+
+``tools/score_cache.py`` fuses first and post-processes the concatenation; here each part is
+post-processed apart before the fusion.
 
 Usage::
 
@@ -18,7 +20,6 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch
 from score_cache import combine, cosines, fit_post, spearman, transform  # tools/ is on sys.path as a script
 
@@ -39,7 +40,7 @@ def scores(cache: Path, first: str, second: str, weights: list[float], sets: lis
         for s in sets:
             a, b = vecs[s]
             v = a if w == 0 else fuse([torch.from_numpy(a), torch.from_numpy(b)], [1.0, w]).numpy()
-            row.append(spearman(cosines(np.asarray(v), data[s]), data[s]["gold"]))
+            row.append(spearman(cosines(v, data[s]), data[s]["gold"]))
         table.append(row)
     return table
 
