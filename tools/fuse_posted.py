@@ -20,10 +20,14 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-from score_cache import combine, cosines, fit_post, spearman, transform  # tools/ is on sys.path as a script
-
-from valuelens.readout import fuse
+from score_cache import (  # tools/ on sys.path as a script
+    combine,
+    cosines,
+    fit_post,
+    fuse_arrays,
+    spearman,
+    transform,
+)
 
 
 def scores(cache: Path, first: str, second: str, weights: list[float], sets: list[str]) -> list[list[float]]:
@@ -39,7 +43,7 @@ def scores(cache: Path, first: str, second: str, weights: list[float], sets: lis
         row = []
         for s in sets:
             a, b = vecs[s]
-            v = a if w == 0 else fuse([torch.from_numpy(a), torch.from_numpy(b)], [1.0, w]).numpy()
+            v = a if w == 0 else fuse_arrays([a, b], [1.0, w])
             row.append(spearman(cosines(v, data[s]), data[s]["gold"]))
         table.append(row)
     return table

@@ -59,8 +59,12 @@ def combine(cache: Path, combo: str, set_name: str) -> np.ndarray:
         parts.append((vec, float(weight) if weight else 1.0))
     if len(parts) == 1:
         return parts[0][0]
-    fused = fuse([torch.from_numpy(v) for v, _ in parts], [w for _, w in parts])  # as the encoder fuses
-    return fused.numpy()
+    return fuse_arrays([v for v, _ in parts], [w for _, w in parts])
+
+
+def fuse_arrays(vecs: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    """Parts L2-normalized, scaled by their weights and concatenated, as the encoder fuses them."""
+    return fuse([torch.from_numpy(v) for v in vecs], weights).numpy()
 
 
 def fit_post(cache: Path, combo: str, post: str, **extra: object) -> Postprocess | None:
@@ -145,18 +149,18 @@ def main() -> None:
     mean = ["mean"] if args.mean else []
     print("| combination | post-processing | " + " | ".join([*sets, *mean]) + " |")
     print("|---|---|" + "---:|" * (len(sets) + len(mean)))
+    extra = {}  # what a saved state records besides its fitting texts
+    if args.save:
+        extra = {
+            "model": args.model,
+            "encoder_config": resolve_config(  # as an Encoder on the model records it
+                args.model, EncoderConfig.from_dict(json.loads(args.spec.read_text()))
+            ).to_dict(),
+        }
     rows: list[tuple[str, dict[str, np.ndarray]]] = []
     for entry in args.combos:
         combo, _, own = entry.partition("~")  # COMBO~POST: this combination with its own post-processing
         for post in [own] if own else args.post.split(","):
-            extra = {}
-            if args.save:
-                extra = {
-                    "model": args.model,
-                    "encoder_config": resolve_config(  # as an Encoder on the model records it
-                        args.model, EncoderConfig.from_dict(json.loads(args.spec.read_text()))
-                    ).to_dict(),
-                }
             fitted = fit_post(args.cache, combo, post, **extra)
             if args.save and fitted is not None:
                 fitted.save(args.save)
