@@ -16,15 +16,14 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sentences(n: int) -> list[str]:
     """STS-B test sentences (both sides of each pair), repeated up to ``n``."""
+    from valuelens.evaluation.tasks import find_set
+
     found: list[str] = []
-    with (ROOT / "data" / "stsb" / "test.jsonl").open(encoding="utf-8") as handle:
+    with (find_set("stsb") / "test.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             found += [row["sentence1"], row["sentence2"]]

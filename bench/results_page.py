@@ -352,7 +352,7 @@ def main() -> None:
         "",
         "Every table below is a report written by `valuelens eval` (the command that produced it is",
         "printed above it; `bash bench/run_results.sh` reruns them all, `python bench/results_page.py`",
-        "rebuilds this page). Scores are ×100 on the **test** splits of the data in `data/` (MTEB metrics:",
+        "rebuilds this page). Scores are ×100 on the **test** splits of the benchmark sets ([docs/data.md](data.md); MTEB metrics:",
         "Spearman for STS-B and Lee, accuracy for classification, V-measure for clustering, MAP for",
         "reranking, AP for pair classification, nDCG@10 for SciFact). Layer defaults (`auto`) were chosen on",
         "STS-B **dev** with `valuelens sweep` (docs/sweeps/). CPU, float32, 2 cores. Times (ms per text)",

@@ -1,4 +1,5 @@
-"""The benchmark texts: a seeded length mix of STS-B sentences and SciFact abstracts from ``data/``.
+"""The benchmark texts: a seeded length mix of STS-B sentences and SciFact abstracts from the benchmark sets
+(found by :func:`valuelens.evaluation.tasks.find_set`: ``$VALUELENS_DATA_DIR`` or ``../shared/data``).
 
 Usage: ``texts = length_mix(96)`` → 82 STS-B test sentences (~12 tokens) and 14 SciFact abstracts
 (~300 tokens), shuffled with ``seed``. ``source="stsb"`` / ``"scifact"`` takes one kind only.
@@ -6,13 +7,11 @@ Usage: ``texts = length_mix(96)`` → 82 STS-B test sentences (~12 tokens) and 1
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
-from pathlib import Path
 from typing import Literal
 
-ROOT = Path(__file__).resolve().parents[1]
+from valuelens.evaluation.tasks import find_set, read_jsonl
 
 #: one abstract per this many texts in the mix (the STS-B : SciFact ratio of a retrieval corpus
 #: indexed next to its short queries)
@@ -24,7 +23,7 @@ Source = Literal["mix", "stsb", "scifact"]
 def stsb_sentences() -> list[str]:
     """The distinct STS-B test sentences, in file order."""
     found: dict[str, None] = {}
-    with (ROOT / "data" / "stsb" / "test.jsonl").open(encoding="utf-8") as handle:
+    with (find_set("stsb") / "test.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             found.setdefault(row["sentence1"])
@@ -34,8 +33,8 @@ def stsb_sentences() -> list[str]:
 
 def scifact_abstracts() -> list[str]:
     """The non-empty SciFact corpus abstracts, in file order."""
-    with gzip.open(ROOT / "data" / "scifact" / "corpus.jsonl.gz", "rt", encoding="utf-8") as handle:
-        return [text for line in handle if (text := json.loads(line)["text"]).strip()]
+    rows = read_jsonl(find_set("scifact") / "corpus.jsonl")  # or corpus.jsonl.gz
+    return [text for row in rows if (text := row["text"]).strip()]
 
 
 def length_mix(n: int, *, seed: int = 0, source: Source = "mix") -> list[str]:

@@ -141,3 +141,53 @@ def test_the_llama_index_integration_keeps_the_namespace_layout():
     assert not (src / "llama_index" / "__init__.py").exists()
     assert not (src / "llama_index" / "embeddings" / "__init__.py").exists()
     assert (src / "llama_index" / "embeddings" / "valuelens" / "__init__.py").is_file()
+
+
+def _check_dist():
+    """tools/check_dist.py as a module (tools/ is a folder of scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_dist", ROOT / "tools" / "check_dist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_dist", module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_file_check_flags_a_set_and_nothing_else():
+    flag = _check_dist().benchmark_files
+    assert flag(["valuelens/stsb/test.jsonl", "v-0.1/data/scifact/corpus.jsonl.gz", "x/lee/docs.jsonl"]) == [
+        "valuelens/stsb/test.jsonl",
+        "v-0.1/data/scifact/corpus.jsonl.gz",
+        "x/lee/docs.jsonl",
+    ]
+    assert flag(["valuelens/data/postprocess/a.safetensors", "valuelens/demo/sentences.txt"]) == []
+
+
+@pytest.mark.parametrize("name", list(PROJECTS))
+def test_no_wheel_or_sdist_carries_a_benchmark_set(name, tmp_path):
+    """Build the distribution (sdist, then the wheel from it, as `make dist` does) and list both."""
+    import subprocess
+    import tarfile
+    import zipfile
+
+    command = [
+        sys.executable,
+        "-m",
+        "build",
+        "--no-isolation",
+        "--outdir",
+        str(tmp_path),
+        str(PROJECTS[name]),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    with tarfile.open(sdist) as archive:
+        names += archive.getnames()
+    assert any(n.endswith(".py") for n in names)  # the listing is real
+    assert _check_dist().benchmark_files(names) == []

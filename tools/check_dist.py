@@ -7,7 +7,8 @@ Usage (after ``python -m build --outdir dist <project>`` for the four projects; 
 For each of the four distributions it checks that ``dist/`` holds exactly one wheel and one sdist of
 the version in its pyproject.toml, that the wheel has ``py.typed``, the license and the same
 dependencies as the pyproject (and, for the LlamaIndex integration, no ``__init__.py`` in the
-``llama_index`` namespace), and that the sdist has the pyproject, README and ``py.typed``. Then, per
+``llama_index`` namespace), that the sdist has the pyproject, README and ``py.typed``, and that neither
+carries a benchmark set (docs/data.md). Then, per
 distribution, it creates a fresh virtual environment in a temporary folder, installs torch first
 (``--torch``: the CPU wheel on this machine's disk; a bare ``torch`` requirement would pull a CUDA
 build), then the wheel together with the ``valuelens`` wheel from ``dist/`` (so the adapters never
@@ -43,6 +44,22 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the benchmark sets' folders (docs/data.md): no distribution may carry a file of them
+BENCHMARK_SETS = ("stsb", "lee", "banking77", "emotion", "scifact")
+_DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".tsv", ".csv", ".txt")
+
+
+def benchmark_files(names: list[str]) -> list[str]:
+    """The archive members that look like a benchmark set's data: a data file under a folder named for a set.
+
+    Usage: ``benchmark_files(["pkg/stsb/test.jsonl", "pkg/x.py"])`` is ``["pkg/stsb/test.jsonl"]``.
+    """
+    found = []
+    for name in names:
+        parts = name.split("/")
+        if any(part in BENCHMARK_SETS for part in parts[:-1]) and parts[-1].endswith(_DATA_SUFFIXES):
+            found.append(name)
+    return found
 
 
 @dataclass(frozen=True)
@@ -199,6 +216,9 @@ def check_artefacts(project: Project, dist: Path) -> Path:
             problems.append(f"the sdist has no {needed}")
     if not any(name.endswith("/py.typed") for name in members):
         problems.append("the sdist has no py.typed")
+    carried = benchmark_files(names) + benchmark_files(sorted(members))
+    if carried:
+        problems.append(f"ships benchmark data (docs/data.md: never distributed): {carried[:3]}")
     if problems:
         msg = f"{project.name}: " + "; ".join(problems)
         raise CheckFailed(msg)

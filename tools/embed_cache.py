@@ -17,7 +17,7 @@ sentence, unlabeled), ``test`` (all STS-B test pairs),
 ``lee`` (the 50 Lee documents and the pair scores), ``fitdocs`` (unlabeled text that is not a
 reported set: 400 seeded Banking77 train queries, 400 Emotion train texts and 400 SciFact abstracts).
 
-STS sets that are **not** in ``data/`` (never used to choose a setting; their licences do not all allow
+STS sets that are **not** among the benchmark sets (never used to choose a setting; their licences do not all allow
 redistribution, so they are read from a checkout of the public repository ``brmson/dataset-sts``, commit
 ``e1d3375f5b3bc24f21aa4e46f96eb379e9fc1081``, passed as ``--external DIR``): ``sts12`` … ``sts16`` (the
 SemEval test files of that year with a gold score; STS12 there lacks MSRvid) and ``sickr`` (SICK
@@ -36,10 +36,8 @@ import torch
 from tune_presets import stsb_pairs, train_sentences  # tools/ is on sys.path when run as a script
 
 from valuelens import Encoder, EncoderConfig, encode_many, models
+from valuelens.evaluation.tasks import find_set, read_jsonl
 from valuelens.loading import load_model
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "data"
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -117,8 +115,8 @@ def build_set(name: str, external: Path | None = None) -> dict:
     if name == "trainall":
         return {"texts": train_sentences(None)}
     if name == "lee":
-        docs = _jsonl(DATA / "lee" / "docs.jsonl")
-        pairs = _jsonl(DATA / "lee" / "test.jsonl")
+        docs = _jsonl(find_set("lee") / "docs.jsonl")
+        pairs = _jsonl(find_set("lee") / "test.jsonl")
         ids = {d["id"]: i for i, d in enumerate(docs)}
         return {
             "texts": [d["text"] for d in docs],
@@ -127,9 +125,9 @@ def build_set(name: str, external: Path | None = None) -> dict:
             "gold": [p["score"] for p in pairs],
         }
     if name == "fitdocs":
-        banking = [r["text"] for r in _jsonl(DATA / "banking77" / "train.jsonl")]
-        emotion = [r["text"] for r in _jsonl(DATA / "emotion" / "train.jsonl")]
-        corpus = _jsonl(DATA / "scifact" / "corpus.jsonl.gz")
+        banking = [r["text"] for r in _jsonl(find_set("banking77") / "train.jsonl")]
+        emotion = [r["text"] for r in _jsonl(find_set("emotion") / "train.jsonl")]
+        corpus = list(read_jsonl(find_set("scifact") / "corpus.jsonl"))
         abstracts = [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
         texts = _sample(banking, 400) + _sample(emotion, 400) + _sample(abstracts, 400)
         return {"texts": list(dict.fromkeys(texts))}

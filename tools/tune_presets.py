@@ -21,14 +21,13 @@ import torch
 
 from valuelens import Encoder, EncoderConfig, encode_many, models
 from valuelens.evaluation.metrics import paired_cosine
+from valuelens.evaluation.tasks import find_set
 from valuelens.loading import load_model
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def stsb_pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.ndarray]:
     """STS-B ``split`` as (sentence1s, sentence2s, gold scores); with ``limit``, a seeded sample of pairs."""
-    rows = [json.loads(line) for line in (ROOT / "data/stsb" / f"{split}.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (find_set("stsb") / f"{split}.jsonl").read_text().splitlines()]
     if limit and limit < len(rows):  # a seeded sample across the genres (the file is sorted by genre)
         keep = sorted(np.random.default_rng(0).choice(len(rows), limit, replace=False))
         rows = [rows[i] for i in keep]
@@ -41,7 +40,7 @@ def stsb_pairs(split: str, limit: int | None) -> tuple[list[str], list[str], np.
 
 def train_sentences(n: int | None) -> list[str]:
     """``n`` seeded distinct STS-B train sentences (unlabeled; all when ``None``), to fit a post-processing on."""
-    rows = [json.loads(x) for x in (ROOT / "data/stsb/train.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (find_set("stsb") / "train.jsonl").read_text().splitlines()]
     pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
     if n is None:
         return pool

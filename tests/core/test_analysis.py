@@ -130,7 +130,7 @@ def test_token_counts_and_top_tokens(tiny_tokenizer):
 
 def test_load_corpus(corpus_file):
     assert load_corpus(corpus_file) == CORPUS * 3
-    assert len(load_corpus("lee")) == 50  # the real data/ folder
+    assert len(load_corpus("lee")) == 50  # the real Lee set (../shared/data)
     with pytest.raises(ConfigError, match="unknown corpus"):
         load_corpus("no-such-corpus")
 

@@ -176,6 +176,14 @@ def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
     assert score == pytest.approx(direct.main_score, abs=1e-6)  # shared passes vs one encoder
 
 
+def test_eval_of_a_set_missing_from_the_data_folder_fails_in_one_line(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("VALUELENS_DATA_DIR", str(tmp_path / "empty"))
+    result = _invoke("eval", "stsb", "--model", model_dir, "--recipes", "va")
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert "'stsb' not found" in line and "VALUELENS_DATA_DIR" in line and str(tmp_path / "empty") in line
+
+
 def test_eval_task_limits(model_dir, sts_dir, tmp_path):
     out = tmp_path / "limited"
     result = _invoke(

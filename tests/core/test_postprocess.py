@@ -16,6 +16,7 @@ from tiny_models import CORPUS, save_tiny_model
 from valuelens import Encoder
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
+from valuelens.evaluation.tasks import find_set
 from valuelens.postprocess import KINDS, Postprocess, unlabeled_texts
 
 runner = CliRunner()
@@ -394,11 +395,7 @@ def test_unlabeled_texts_reads_pairs_dedupes_and_samples(tmp_path):
 
 
 def test_stsb_train_has_the_pair_fields():
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "data" / "stsb" / "train.jsonl"
-    if not path.exists():
-        pytest.skip("data/stsb/train.jsonl is not in this checkout")
+    path = find_set("stsb") / "train.jsonl"
     texts = unlabeled_texts(path, ("sentence1", "sentence2"), limit=50)
     assert len(texts) == 50 and all(isinstance(t, str) and t for t in texts)
 

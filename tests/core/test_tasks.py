@@ -1,4 +1,4 @@
-"""Task loading (real data/ and custom folders) and end-to-end evaluation on tiny tasks."""
+"""Task loading (the real benchmark sets and custom folders) and end-to-end evaluation on tiny tasks."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from valuelens.errors import DataNotFoundError
 from valuelens.evaluation import (
     DATA_DIR_ENV,
     KNOWN_TASKS,
@@ -23,8 +24,10 @@ from valuelens.evaluation import (
     PairData,
     RetrievalData,
     TaskResult,
+    data_dir_candidates,
     default_data_dir,
     evaluate,
+    find_set,
     load_task,
     parse_task_spec,
     results_from_json,
@@ -178,8 +181,8 @@ def retrieval_perfect_encoder() -> LookupEncoder:
 
 @pytest.fixture(scope="module")
 def data_dir() -> Path:
-    found = default_data_dir()
-    assert found is not None and (found / "stsb").is_dir(), "repository data/ folder not found"
+    found = find_set("stsb").parent  # skipped (tests/conftest.py) only when no data folder exists at all
+    assert default_data_dir() == found
     return found
 
 
@@ -270,8 +273,38 @@ def test_env_and_argument_override(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_task("stsb").path == tmp_path / "env" / "stsb"
     assert load_task("stsb", data_dir=tmp_path / "arg").path == tmp_path / "arg" / "stsb"
     assert load_task("stsb").load("test").n_examples == len(STS_SCORES)
-    with pytest.raises(FileNotFoundError, match="lee"):
-        load_task("lee")
+    with pytest.raises(DataNotFoundError, match="lee"):
+        load_task("lee")  # a set $VALUELENS_DATA_DIR lacks is an error, not a reason to read another copy
+
+
+def test_a_missing_set_names_the_set_the_places_and_the_variable(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "empty"))
+    with pytest.raises(DataNotFoundError) as raised:
+        load_task("scifact-reranking")
+    message = str(raised.value)
+    assert "'scifact'" in message and str(tmp_path / "empty" / "scifact") in message
+    assert DATA_DIR_ENV in message and "docs/data.md" in message
+    monkeypatch.delenv(DATA_DIR_ENV)
+    monkeypatch.chdir(tmp_path)  # a cwd outside any checkout; the package's own checkout is still searched
+    assert all(place.name == "data" and place.parent.name == "shared" for place in data_dir_candidates())
+
+
+def test_shared_data_beside_a_checkout_is_found_from_the_working_directory(tmp_path, monkeypatch) -> None:
+    checkout = tmp_path / "checkout"
+    (checkout / "shared_core").mkdir(parents=True)
+    (checkout / "shared_core" / "pyproject.toml").write_text("[project]\n")
+    make_sts(tmp_path / "shared" / "data" / "stsb")
+    (checkout / "tests").mkdir()
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    monkeypatch.chdir(checkout / "tests")
+    assert tmp_path / "shared" / "data" in data_dir_candidates()
+    assert find_set("stsb", data_dir=None).parent in data_dir_candidates()  # the package's or this one
+
+
+def test_the_sets_are_not_in_the_repository() -> None:
+    root = Path(__file__).resolve().parents[2]
+    for folder in ("stsb", "lee", "banking77", "emotion", "scifact"):
+        assert not (root / "data" / folder).exists(), f"data/{folder} is back in the repository"
 
 
 def test_detect_custom_folders(tmp_path: Path) -> None:

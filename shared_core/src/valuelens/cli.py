@@ -529,7 +529,7 @@ def fit(
 ) -> None:
     """Fit a post-processing (valuelens.Postprocess) on the un-normalized embeddings of unlabeled TEXTS.
 
-    Distinct texts only; fit on training text (e.g. data/stsb/train.jsonl --field sentence1,sentence2),
+    Distinct texts only; fit on training text (e.g. ../shared/data/stsb/train.jsonl --field sentence1,sentence2),
     never on the texts a score is reported on. OUT stores the state with the encoder's spec."""
     try:
         spec = _spec(

@@ -24,6 +24,10 @@ class SpaceMismatchError(ConfigError):
     """EmbedFilter applied to an embedding that does not live in the residual stream."""
 
 
+class DataNotFoundError(ValueLensError, FileNotFoundError):
+    """A benchmark set is in none of the data folders searched (the message names them and the fix)."""
+
+
 class ModelProvisioningError(ValueLensError, RuntimeError):
     """A bundled model could not be downloaded, checked or converted (the message names the fix)."""
 

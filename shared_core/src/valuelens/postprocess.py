@@ -2,7 +2,7 @@
 
 Usage::
 
-    texts = unlabeled_texts("data/stsb/train.jsonl", fields=("sentence1", "sentence2"))
+    texts = unlabeled_texts("../shared/data/stsb/train.jsonl", fields=("sentence1", "sentence2"))
     pp = Postprocess.fit_texts(encoder, texts, kind="abtt", k=1)   # embeds (un-normalized), then fits
     emb = pp.transform(encoder.encode(queries, convert_to_tensor=True))   # [n, d] -> [n, pp.output_dim]
     pp.save("abtt.safetensors"); pp = Postprocess.load("abtt.safetensors")
@@ -608,7 +608,7 @@ def unlabeled_texts(
     ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files). With
     ``limit``, a seeded random sample of that many texts (in file order). A malformed line raises
     :class:`valuelens.io.InputFileError`. Usage:
-    ``unlabeled_texts("data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
+    ``unlabeled_texts("../shared/data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
     """
     from valuelens.io import read_texts
 

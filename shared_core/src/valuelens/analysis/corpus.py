@@ -1,4 +1,4 @@
-"""Offline text for the analysis tools: named corpora from ``data/`` (or a file) and token frequencies.
+"""Offline text for the analysis tools: named corpora from the benchmark sets (or a file) and token frequencies.
 
 Usage::
 
@@ -6,7 +6,7 @@ Usage::
     texts = load_corpus("all")                             # every named corpus below, in that order
     counts = token_counts(tokenizer, texts, vocab_size=49152)   # np.int64 [vocab], no special tokens
 
-Named corpora (read from the data folder :func:`valuelens.evaluation.tasks.default_data_dir` finds):
+Named corpora (each read from the data folder :func:`valuelens.evaluation.tasks.find_set` finds):
 ``stsb`` (the unique train sentences), ``lee`` (the documents), ``scifact`` (the corpus, title + abstract),
 ``banking77`` and ``emotion`` (the train texts); ``all`` is all five. Any other value is a file read
 with :func:`valuelens.io.read_texts` (``.txt`` one text per line, ``.jsonl``/``.csv``/``.parquet`` with a
@@ -33,7 +33,7 @@ def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
     """Rows of ``path`` or of ``path.gz``, whichever exists."""
     found = next((p for p in (path, path.with_name(path.name + ".gz")) if p.is_file()), None)
     if found is None:
-        msg = f"missing data file {str(path)!r} (or {str(path)!r}.gz): see data/INDEX.md"
+        msg = f"missing data file {str(path)!r} (or {str(path)!r}.gz): see docs/data.md"
         raise ConfigError(msg)
     opener: Callable[..., Any] = gzip.open if found.suffix == ".gz" else open
     with opener(found, "rt", encoding="utf-8") as f:
@@ -79,16 +79,13 @@ def load_corpus(
     name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None
 ) -> list[str]:
     """The texts of a named corpus (see the module docstring), of ``"all"`` of them, or of a file."""
-    from valuelens.evaluation.tasks import DATA_DIR_ENV, default_data_dir
+    from valuelens.evaluation.tasks import find_set
 
     key = str(name_or_path).strip().lower()
     if key in CORPORA or key == "all":
-        root = Path(data_dir) if data_dir is not None else default_data_dir()
-        if root is None:
-            msg = f"cannot find the data folder for corpus {key!r}: set ${DATA_DIR_ENV} or pass data_dir="
-            raise ConfigError(msg)
         names = list(CORPORA) if key == "all" else [key]
-        return [t for name in names for t in CORPORA[name](root) if t.strip()]
+        # each corpus is named after its set's folder; its reader takes the data folder holding it
+        return [t for name in names for t in CORPORA[name](find_set(name, data_dir).parent) if t.strip()]
     path = Path(name_or_path)
     if not path.is_file():
         choices = ", ".join(repr(n) for n in [*CORPORA, "all"])

@@ -2,9 +2,11 @@
 
 Usage: ``task = load_task("stsb"); data = task.load("test", limit=500)``
 
-Known names resolve to ``<data_dir>/<folder>`` (``data_dir``: the argument, else ``$VALUELENS_DATA_DIR``,
-else the repository's ``data/`` folder found above this file). Any other folder in one of the formats below
-also works; its kind is detected from its files and its name is the folder name.
+Known names resolve to ``<data folder>/<set>`` (:func:`find_set`): the ``data_dir`` argument if given, else
+``$VALUELENS_DATA_DIR`` if set, else ``shared/data`` beside a valuelens checkout (``../shared/data`` seen from
+the checkout). The sets are never part of the repository or of a distribution: docs/data.md says where to get
+them. Any other folder in one of the formats below also works; its kind is detected from its files and its
+name is the folder name.
 
 Formats (``*.jsonl`` may also be stored as ``*.jsonl.gz``):
 
@@ -15,7 +17,7 @@ Formats (``*.jsonl`` may also be stored as ``*.jsonl.gz``):
 - Retrieval (BEIR): ``corpus.jsonl`` ``{"id"|"_id","title","text"}``, ``queries.jsonl`` ``{"id"|"_id","text"}``,
   ``qrels.tsv`` (split ``test``) or ``qrels/{split}.tsv`` with header ``query-id corpus-id score``.
 
-Derived tasks (documented in ``data/INDEX.md``):
+Derived tasks (documented in ``docs/data.md``):
 
 - ``<set>-clustering`` (``banking77-clustering``, ``emotion-clustering``): the split's texts clustered by
   their classification labels (V-measure).
@@ -39,6 +41,8 @@ from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
+from valuelens.errors import DataNotFoundError
+
 __all__ = [
     "DATA_DIR_ENV",
     "KNOWN_TASKS",
@@ -55,9 +59,12 @@ __all__ = [
     "Task",
     "TaskData",
     "TaskKind",
+    "data_dir_candidates",
     "default_data_dir",
+    "find_set",
     "load_task",
     "parse_task_spec",
+    "read_jsonl",
 ]
 
 TaskKind = Literal["sts", "classification", "clustering", "retrieval", "reranking", "pair_classification"]
@@ -238,16 +245,62 @@ class Task:
         return _load_reranking(self.path, split, limit)
 
 
-def default_data_dir() -> Path | None:
-    """``$VALUELENS_DATA_DIR`` if set, else the first ``data/`` folder above this file holding a known set."""
+def _checkout_roots() -> list[Path]:
+    """valuelens checkouts (folders holding ``shared_core/pyproject.toml``) above this file or the cwd."""
+    roots: list[Path] = []
+    for start in (Path(__file__).resolve(), Path.cwd().resolve()):
+        for parent in (start, *start.parents):
+            if (parent / "shared_core" / "pyproject.toml").is_file() and parent not in roots:
+                roots.append(parent)
+    return roots
+
+
+def data_dir_candidates(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The data folders searched for a set, in order: ``data_dir``, else ``$VALUELENS_DATA_DIR``, else
+    ``shared/data`` beside each valuelens checkout above this file or the working directory.
+
+    An explicit ``data_dir`` or a set ``$VALUELENS_DATA_DIR`` is the only place searched: a folder chosen on
+    purpose that lacks a set is an error, not a reason to read another copy.
+
+    Usage: ``data_dir_candidates()`` is ``[Path("/work/shared/data")]`` in a checkout at ``/work/main``.
+    """
+    if data_dir is not None:
+        return [Path(data_dir)]
     env = os.environ.get(DATA_DIR_ENV)
     if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "data"
-        if candidate.is_dir() and any((candidate / t.folder).is_dir() for t in KNOWN_TASKS.values()):
-            return candidate
-    return None
+        return [Path(env)]
+    return [root.parent / "shared" / "data" for root in _checkout_roots()]
+
+
+def _holds_a_set(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / t.folder).is_dir() for t in KNOWN_TASKS.values())
+
+
+def default_data_dir() -> Path | None:
+    """The first of :func:`data_dir_candidates` that holds at least one known set, else None."""
+    return next((folder for folder in data_dir_candidates() if _holds_a_set(folder)), None)
+
+
+def find_set(folder: str, data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of benchmark set ``folder`` (``"stsb"``, ``"scifact"``, ...) in the first data folder
+    that holds it; :class:`~valuelens.errors.DataNotFoundError` naming the set, every place searched and
+    ``$VALUELENS_DATA_DIR`` when none does.
+
+    Usage: ``find_set("stsb") / "dev.jsonl"``
+    """
+    places = data_dir_candidates(data_dir)
+    for place in places:
+        if (place / folder).is_dir():
+            return place / folder
+    if places:
+        looked = "looked in " + ", ".join(repr(str(place / folder)) for place in places)
+    else:
+        looked = f"${DATA_DIR_ENV} is unset and no valuelens checkout with ../shared/data is above here"
+    msg = (
+        f"benchmark set {folder!r} not found ({looked}): set ${DATA_DIR_ENV} to a folder holding {folder}/ "
+        "(docs/data.md says where each set comes from) or pass data_dir="
+    )
+    raise DataNotFoundError(msg)
 
 
 def load_task(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None) -> Task:
@@ -258,17 +311,7 @@ def load_task(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[
     key = str(name_or_path)
     if key in KNOWN_TASKS:
         known = KNOWN_TASKS[key]
-        root = Path(data_dir) if data_dir is not None else default_data_dir()
-        if root is None:
-            msg = (
-                f"cannot find the data folder for task {key!r}: pass data_dir= or set ${DATA_DIR_ENV} "
-                "to a folder holding " + ", ".join(sorted({t.folder for t in KNOWN_TASKS.values()}))
-            )
-            raise FileNotFoundError(msg)
-        folder = root / known.folder
-        if not folder.is_dir():
-            msg = f"data folder for task {key!r} not found: {str(folder)!r}"
-            raise FileNotFoundError(msg)
+        folder = find_set(known.folder, data_dir)
         base_kind, splits = _detect(folder)
         if _DERIVED_FROM[known.kind] != base_kind:
             msg = f"folder {str(folder)!r} holds {base_kind!r} data, task {key!r} needs {_DERIVED_FROM[known.kind]!r}"
@@ -359,7 +402,7 @@ def _detect(folder: Path) -> tuple[TaskKind, tuple[str, ...]]:
             "or corpus.jsonl + queries.jsonl + qrels.tsv (retrieval)"
         )
         raise ValueError(msg)
-    first = next(_read_jsonl(folder / f"{splits[0]}.jsonl"), {})
+    first = next(read_jsonl(folder / f"{splits[0]}.jsonl"), {})
     if {"text", "label"} <= first.keys():
         if "train" not in splits:
             msg = f"classification folder {str(folder)!r} has no train.jsonl (splits: {splits})"
@@ -385,7 +428,7 @@ def _find(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     found = _find(path.parent, path.name)
     if found is None:
         msg = f"missing data file {str(path)!r} (or {str(path)!r}.gz)"
@@ -405,11 +448,11 @@ def _subsample(n: int, limit: int | None) -> np.ndarray:
 
 
 def _read_pairs(folder: Path, split: str) -> list[tuple[str, str, float]]:
-    records = list(_read_jsonl(folder / f"{split}.jsonl"))
+    records = list(read_jsonl(folder / f"{split}.jsonl"))
     docs_path = _find(folder, "docs.jsonl")
     if docs_path is None:
         return [(r["sentence1"], r["sentence2"], float(r["score"])) for r in records]
-    docs = {str(d["id"]): d["text"] for d in _read_jsonl(folder / "docs.jsonl")}
+    docs = {str(d["id"]): d["text"] for d in read_jsonl(folder / "docs.jsonl")}
     pairs = []
     for r in records:
         id1, id2 = str(r["id1"]), str(r["id2"])
@@ -451,7 +494,7 @@ def _load_pairs(folder: Path, split: str, limit: int | None) -> PairData:
 
 
 def _load_labelled(folder: Path, split: str, limit: int | None) -> LabelledTexts:
-    records = list(_read_jsonl(folder / f"{split}.jsonl"))
+    records = list(read_jsonl(folder / f"{split}.jsonl"))
     keep = _subsample(len(records), limit)
     return LabelledTexts(
         texts=tuple(records[i]["text"] for i in keep),
@@ -474,8 +517,8 @@ def _record_id(record: Mapping[str, Any]) -> str:
 def _read_retrieval(
     folder: Path, split: str
 ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    corpus = {_record_id(r): _doc_text(r) for r in _read_jsonl(folder / "corpus.jsonl")}
-    all_queries = {_record_id(r): r["text"] for r in _read_jsonl(folder / "queries.jsonl")}
+    corpus = {_record_id(r): _doc_text(r) for r in read_jsonl(folder / "corpus.jsonl")}
+    all_queries = {_record_id(r): r["text"] for r in read_jsonl(folder / "queries.jsonl")}
     qrels_path = folder / "qrels.tsv" if split == "test" and (folder / "qrels.tsv").is_file() else None
     qrels_path = qrels_path or folder / "qrels" / f"{split}.tsv"
     qrels: dict[str, dict[str, int]] = {}
