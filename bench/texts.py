@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Literal
 
 from valuelens.evaluation.tasks import find_set, read_jsonl
+
+#: the repository root (the bench child processes run there)
+ROOT = Path(__file__).resolve().parents[1]
 
 #: one abstract per this many texts in the mix (the STS-B : SciFact ratio of a retrieval corpus
 #: indexed next to its short queries)
