@@ -11,8 +11,18 @@ import pytest
 import torch
 
 from tiny_models import CORPUS, build_tiny_model, save_tiny_model
-from valuelens import ConfigError, Encoder, EncoderConfig, FusionPart, Postprocess, encode_many, presets
+from valuelens import (
+    ConfigError,
+    Encoder,
+    EncoderConfig,
+    FusionPart,
+    encode_many,
+    fit_texts,
+    presets,
+)
 from valuelens.pooling import last_index
+from valuelens.postprocess import load_postprocess
+from valuelens.presets.resolution import preset_config
 from valuelens.prompts import resolve_prompt
 from valuelens.tokenization import placeholder_token, tokenize
 
@@ -241,17 +251,17 @@ def test_deepest_layer_bounds_what_is_loaded(tmp_path):
 
 def test_preset_best_falls_back_to_the_generic_spec_and_can_be_overridden(tmp_path, monkeypatch):
     path = save_tiny_model(tmp_path / "m")
-    assert presets.preset_config("best", path) == EncoderConfig.from_dict(presets.GENERIC)
+    assert preset_config("best", path) == EncoderConfig.from_dict(presets.GENERIC)
     entry = {"recipe": "last-token", "prompt": "pcot", "layers": [2], "prepend_layers": [1]}
     monkeypatch.setitem(presets.PRESETS, ("llama", 4, 64), {"best": entry})
     enc = Encoder.from_pretrained(path, preset="best", max_length=40)
     assert enc.config.recipe == "last-token" and enc.config.prepend_layers == (1,)
     assert enc.config.max_length == 40
     # "sts" is the model's "best" where it has no entry of its own, its own entry where it has one
-    assert presets.preset_config("sts", path) == presets.preset_config("best", path)
+    assert preset_config("sts", path) == preset_config("best", path)
     monkeypatch.setitem(presets.PRESETS, ("llama", 4, 64), {"best": entry, "sts": {"recipe": "va"}})
-    assert presets.preset_config("sts", path).recipe == "va"
-    assert presets.preset_config("generic", path) == EncoderConfig.from_dict(presets.GENERIC)
+    assert preset_config("sts", path).recipe == "va"
+    assert preset_config("generic", path) == EncoderConfig.from_dict(presets.GENERIC)
     with pytest.raises(ConfigError, match="unknown preset"):
         Encoder.from_pretrained(path, preset="fastest")
     with pytest.raises(ConfigError, match="preset= or config="):
@@ -261,7 +271,7 @@ def test_preset_best_falls_back_to_the_generic_spec_and_can_be_overridden(tmp_pa
 def test_a_fitted_postprocess_is_applied_last_and_saved_with_the_spec(llama, tmp_path):
     model, tok = llama
     raw = Encoder(model, tok, recipe="va", layers=(1, 2))
-    state = Postprocess.fit_texts(raw, CORPUS, kind="abtt", k=1)
+    state = fit_texts(raw, CORPUS, kind="abtt", k=1)
     file = state.save(tmp_path / "abtt.safetensors")
     enc = Encoder(model, tok, recipe="va", layers=(1, 2), postprocess=str(file))
     expected = state.transform(raw.encode(TEXTS, convert_to_tensor=True))
@@ -282,6 +292,6 @@ def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
     assert {name for _, name, _ in named} == {"best", "sts"}
     for arch, name, fields in named:
         config = EncoderConfig.from_dict(fields).resolved(*arch)  # layers as the model resolves them
-        state = presets.load_postprocess(config.postprocess, config)  # raises if fitted for another spec
+        state = load_postprocess(config.postprocess, config)  # raises if fitted for another spec
         assert state.encoder_config, (arch, name)
         assert state.kind == ("abtt" if name == "sts" else "center"), (arch, name, state.kind)

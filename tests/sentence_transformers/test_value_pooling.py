@@ -13,7 +13,7 @@ from conformance import TEXTS, SentenceTransformerModuleConformance
 from sentence_transformers.base.modules import Normalize, Transformer
 
 from sentence_transformers import SentenceTransformer
-from valuelens import Encoder
+from valuelens import Encoder, fit_texts
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens_sentence_transformers import ValuePooling, ValueTransformer
 
@@ -301,11 +301,9 @@ def test_a_preset_on_a_cut_checkpoint_is_the_full_models(tiny_model_dir, tmp_pat
 
 
 def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_path):
-    from valuelens import Postprocess
-
     path = tiny_model_dir["llama"]
     raw = Encoder.from_pretrained(path, recipe="va", layers=[1, 2])
-    state = Postprocess.fit_texts(raw, TEXTS * 3, kind="whiten", dim=8)
+    state = fit_texts(raw, TEXTS * 3, kind="whiten", dim=8)
     file = state.save(tmp_path / "state.safetensors")
     model = _st(path, recipe="va", layers=[1, 2], postprocess=str(file))
     before = model.encode(TEXTS)
