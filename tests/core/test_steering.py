@@ -379,6 +379,18 @@ def test_the_real_presets_resolve_overrides_without_loading_a_model(caplog):
     assert len(_dropped(caplog)) == 3
 
 
+@pytest.mark.slow
+def test_the_real_best_preset_takes_the_overrides_that_failed_before(caplog):
+    """SmolLM2's best with recipe="va" raised a ConfigError about drop_prefix; with prompt="prompteol"
+    it failed after the model loaded (the state was fitted for another spec)."""
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    for change in ({"recipe": "va"}, {"prompt": "prompteol"}):
+        enc = Encoder.from_pretrained("smollm2-135m", preset="best", device="cpu", **change)
+        assert enc.postprocess is None and enc.config.fusion, change
+        assert np.isfinite(enc.encode(TEXTS)).all()
+    assert len(_dropped(caplog)) == 2
+
+
 def test_builtin_states_are_named_by_a_preset_or_kept_as_retired():
     from valuelens.presets.builtin import RETIRED_STATES, shipped_states
 

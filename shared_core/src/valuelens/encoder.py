@@ -206,7 +206,7 @@ class Encoder:
                 raise ConfigError(msg)
             if embed_filter is not None and not isinstance(embed_filter, EmbedFilter):
                 settings["embed_filter"], embed_filter = embed_filter, None  # a field like the others
-            config = resolve(preset, local, settings)
+            config = resolve(preset, path, settings)  # the reference as given: the log line names it
             settings = {}
         spec, prebuilt = _split_settings(config, embed_filter, settings)  # validated before any loading
         spec = resolve_config(local, spec, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))
