@@ -162,7 +162,7 @@ def test_the_benchmark_file_check_flags_a_set_and_nothing_else():
         "v-0.1/data/scifact/corpus.jsonl.gz",
         "x/lee/docs.jsonl",
     ]
-    assert flag(["valuelens/data/postprocess/a.safetensors", "valuelens/demo/sentences.txt"]) == []
+    assert flag(["valuelens/presets/states/a.safetensors", "valuelens/demo/sentences.txt"]) == []
 
 
 @pytest.mark.parametrize("name", list(PROJECTS))

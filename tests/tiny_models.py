@@ -160,3 +160,20 @@ def save_tiny_model(path, arch: str = "llama"):
     build_tiny_model(arch, len(tokenizer)).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+#: The tiny llama's key (what presets and ``layers="auto"`` are keyed on).
+TINY_LLAMA_KEY = ("llama", 4, 64)
+
+
+def tune_tiny_preset(monkeypatch, path, tmp_path) -> dict:
+    """Give the tiny llama at ``path`` a tuned ``preset="best"`` shaped like SmolLM2's (``drop_prefix`` and
+    a state fitted for the entry's spec) for the test's duration; return the entry's fields."""
+    from valuelens import Encoder, fit_texts, presets
+
+    fields = {"recipe": "aligned-wva", "prompt": "futureeol", "layers": [2, 3], "drop_prefix": True}
+    raw = Encoder.from_pretrained(path, device="cpu", **fields)
+    state = fit_texts(raw, CORPUS, kind="center").save(tmp_path / "tiny-best.safetensors")
+    entry = {**fields, "postprocess": str(state)}
+    monkeypatch.setitem(presets.PRESETS, TINY_LLAMA_KEY, {"best": entry})
+    return entry

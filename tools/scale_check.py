@@ -23,7 +23,7 @@ from valuelens.evaluation.metrics import classification_scores
 from valuelens.evaluation.runner import classification_inputs
 from valuelens.evaluation.tasks import load_task
 from valuelens.loading import load_model
-from valuelens.presets import preset_config
+from valuelens.presets.resolution import preset_config
 
 
 def main() -> None:

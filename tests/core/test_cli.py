@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, build_tiny_model, save_tiny_model
+from tiny_models import CORPUS, build_tiny_model, save_tiny_model, tune_tiny_preset
 from valuelens import EmbedFilter, Encoder, EncoderConfig
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
@@ -407,6 +408,42 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
     assert both.exit_code != 0 and "either --preset or --config" in both.output
     assert parse_variant(str(spec_file)).config == EncoderConfig.from_dict(spec)
     assert parse_variant("best").preset == "best"
+
+
+def test_embed_options_win_over_a_preset_even_none_and_defaults(model_dir, tmp_path, monkeypatch, caplog):
+    entry = tune_tiny_preset(monkeypatch, model_dir, tmp_path)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(CORPUS))
+    out = tmp_path / "out.parquet"
+    caplog.set_level(logging.WARNING, logger="valuelens")
+
+    def spec(*options: str) -> dict:
+        result = _invoke(
+            "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best", *options
+        )
+        assert result.exit_code == 0, result.output
+        settings = read_vectors(out)[3]
+        out.unlink()
+        return settings
+
+    plain = spec()
+    assert plain["drop_prefix"] and plain["postprocess"] == entry["postprocess"]
+    settings = spec("--no-drop-prefix")  # the default value, given
+    assert not settings["drop_prefix"] and settings["postprocess"] is None
+    assert "drop_prefix= changed it" in caplog.text
+    settings = spec("--prompt", "none")  # None, given
+    assert settings["prompt"] is None and settings["drop_prefix"] and settings["postprocess"] is None
+    settings = spec("--postprocess", "none")
+    assert settings["postprocess"] is None and settings["drop_prefix"] and settings["prompt"] == "futureeol"
+    caplog.clear()
+    settings = spec("--recipe", "va")  # a ConfigError about drop_prefix before
+    assert settings["recipe"] == "va" and not settings["drop_prefix"] and settings["postprocess"] is None
+    assert "dropped drop_prefix=True (recipe='va'" in caplog.text
+    refused = _invoke(
+        "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best",
+        "--prompt", "prompteol", "--postprocess", entry["postprocess"],
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "Pass postprocess=None" in refused.output and not out.exists()
 
 
 def test_demo_embeds_with_the_best_preset_and_searches(model_dir, tmp_path):

@@ -17,7 +17,9 @@ from valuelens import Encoder
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
 from valuelens.evaluation.tasks import find_set
-from valuelens.postprocess import KINDS, Postprocess, unlabeled_texts
+from valuelens.fitting import fit_texts
+from valuelens.io import unlabeled_texts
+from valuelens.postprocess import KINDS, Postprocess
 
 runner = CliRunner()
 D = 12
@@ -355,7 +357,7 @@ def encoder(tiny_llama, tiny_tokenizer):
 
 
 def test_fit_texts_embeds_unnormalized_and_records_the_encoder(encoder):
-    pp = Postprocess.fit_texts(encoder, CORPUS, kind="whiten", dim=4, batch_size=3)
+    pp = fit_texts(encoder, CORPUS, kind="whiten", dim=4, batch_size=3)
     reference = Postprocess.fit(encoder.encode(CORPUS), "whiten", dim=4)
     torch.testing.assert_close(pp.matrix, reference.matrix, atol=1e-4, rtol=1e-3)
     assert (pp.fitted_on, pp.model, pp.n_fitted) == ("8 texts", "tiny-llama", 8)
@@ -371,14 +373,14 @@ def test_fit_texts_checks_the_count_before_embedding(encoder, monkeypatch):
     monkeypatch.setattr(encoder, "encode", forbidden)
     d = encoder.dimension
     with pytest.raises(ConfigError, match=f"all {d} dimensions .* needs more than {d} texts.*got 8"):
-        Postprocess.fit_texts(encoder, CORPUS, kind="whiten")
+        fit_texts(encoder, CORPUS, kind="whiten")
     with pytest.raises(ConfigError, match="k=8 needs more than 8 texts"):
-        Postprocess.fit_texts(encoder, CORPUS, kind="abtt", k=8)
+        fit_texts(encoder, CORPUS, kind="abtt", k=8)
     with pytest.raises(TypeError, match="got a single str"):
-        Postprocess.fit_texts(encoder, "one text", kind="center")  # type: ignore[arg-type]
+        fit_texts(encoder, "one text", kind="center")  # type: ignore[arg-type]
     encoder.postprocess = Postprocess.fit(np.eye(d), "center")
     with pytest.raises(ConfigError, match="already applies a post-processing"):
-        Postprocess.fit_texts(encoder, CORPUS, kind="center")
+        fit_texts(encoder, CORPUS, kind="center")
 
 
 def test_unlabeled_texts_reads_pairs_dedupes_and_samples(tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from valuelens import EncoderConfig
-from valuelens.presets import preset_for
+from valuelens.presets.resolution import preset_for
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 

@@ -6,6 +6,7 @@ Every numeric check compares with ``valuelens.Encoder.encode`` called directly (
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import numpy as np
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 import valuelens
 from langchain_valuelens import ValueLensEmbeddings
-from tiny_models import CORPUS
+from tiny_models import CORPUS, tune_tiny_preset
 
 
 @pytest.fixture(scope="module")
@@ -305,3 +306,69 @@ def test_preset_and_the_newer_methods_pass_through(tiny_model_dir: str) -> None:
     )
     with pytest.raises((ValidationError, valuelens.ConfigError), match="preset"):
         ValueLensEmbeddings(model=tiny_model_dir, preset="fastest")
+
+
+# ---------------------------------------------------------------------- presets with overrides
+class _Loaded(Exception):
+    """Raised in place of loading a model: what happened before it happened before any model loaded."""
+
+
+def test_preset_overrides_win_by_key_even_none_and_defaults(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+) -> None:
+    path = str(tiny_model_dir)
+    entry = tune_tiny_preset(monkeypatch, path, tmp_path)
+    plain = ValueLensEmbeddings(model=path, device="cpu", preset="best")
+    assert plain.drop_prefix and plain.postprocess == entry["postprocess"]
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    emb = ValueLensEmbeddings(
+        model=path, device="cpu", preset="best", drop_prefix=False
+    )  # the default value, passed
+    assert not emb.drop_prefix and emb.postprocess is None and emb.encoder.postprocess is None
+    assert "drop_prefix= changed it" in caplog.text
+    emb = ValueLensEmbeddings(model=path, device="cpu", preset="best", prompt=None)
+    assert emb.prompt is None and emb.drop_prefix and emb.postprocess is None
+    emb = ValueLensEmbeddings(model=path, device="cpu", preset="best", postprocess=None)
+    assert emb.postprocess is None and emb.drop_prefix and emb.recipe == "aligned-wva"
+    reference = valuelens.Encoder.from_pretrained(path, device="cpu", **{**entry, "postprocess": None})
+    np.testing.assert_allclose(
+        np.array(emb.embed_documents(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )
+
+
+def test_preset_parts_an_override_invalidates_are_dropped_before_the_model_loads(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+) -> None:
+    path = str(tiny_model_dir)
+    entry = tune_tiny_preset(monkeypatch, path, tmp_path)
+    caplog.set_level(logging.WARNING, logger="valuelens")
+
+    def refuse(*args, **kwargs):
+        raise _Loaded
+
+    monkeypatch.setattr("valuelens.encoder.load_model", refuse)
+    with pytest.raises(_Loaded):  # a ConfigError about drop_prefix before
+        ValueLensEmbeddings(model=path, device="cpu", preset="best", recipe="va")
+    assert "dropped drop_prefix=True (recipe='va' does not read the last token's attention)" in caplog.text
+    with pytest.raises(_Loaded):  # failed after loading the model before
+        ValueLensEmbeddings(model=path, device="cpu", preset="best", prompt="prompteol")
+    assert "prompt= changed it" in caplog.text
+    with pytest.raises(valuelens.ConfigError, match="Pass postprocess=None"):  # passed: kept, so refused
+        ValueLensEmbeddings(
+            model=path, device="cpu", preset="best", prompt="prompteol", postprocess=entry["postprocess"]
+        )
+
+
+def test_a_preset_instance_shares_its_encoder(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    path = str(tiny_model_dir)
+    tune_tiny_preset(monkeypatch, path, tmp_path)
+    emb = ValueLensEmbeddings(model=path, device="cpu", preset="best")
+    shared = ValueLensEmbeddings(model=emb.encoder, preset="best", drop_prefix=True)
+    assert shared.encoder is emb.encoder and shared.postprocess == emb.postprocess
+    with pytest.raises(valuelens.ConfigError, match="disagree"):
+        ValueLensEmbeddings(
+            model=emb.encoder, preset="best", drop_prefix=False
+        )  # the preset's spec without it
+    plain = valuelens.Encoder.from_pretrained(path, device="cpu")
+    with pytest.raises(valuelens.ConfigError, match="disagree"):
+        ValueLensEmbeddings(model=plain, preset="best")

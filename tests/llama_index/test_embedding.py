@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 import llama_index.embeddings.valuelens as package
 import valuelens
 from llama_index.embeddings.valuelens import ValueLensEmbedding
-from tiny_models import CORPUS
+from tiny_models import CORPUS, tune_tiny_preset
 
 
 @pytest.fixture(scope="module")
@@ -358,3 +359,81 @@ def test_chunks_and_forward_batches_are_separate_settings(
     calls.clear()
     np.testing.assert_allclose(single.get_text_embedding_batch(texts), vectors, atol=1e-5, rtol=1e-4)
     assert calls == [(10, 32)]
+
+
+# ---------------------------------------------------------------------- presets with overrides
+class _Loaded(Exception):
+    """Raised in place of loading a model: what happened before it happened before any model loaded."""
+
+
+def test_preset_overrides_win_by_key_even_none_and_defaults(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+) -> None:
+    path = str(tiny_model_dir)
+    entry = tune_tiny_preset(monkeypatch, path, tmp_path)
+    plain = ValueLensEmbedding(path, device="cpu", preset="best")
+    assert plain.drop_prefix and plain.postprocess == entry["postprocess"]
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    emb = ValueLensEmbedding(
+        path, device="cpu", preset="best", drop_prefix=False
+    )  # the default value, passed
+    assert not emb.drop_prefix and emb.postprocess is None and emb.encoder.postprocess is None
+    assert "drop_prefix= changed it" in caplog.text
+    emb = ValueLensEmbedding(path, device="cpu", preset="best", prompt=None)
+    assert emb.prompt is None and emb.drop_prefix and emb.postprocess is None
+    emb = ValueLensEmbedding(path, device="cpu", preset="best", postprocess=None)
+    assert emb.postprocess is None and emb.drop_prefix and emb.recipe == "aligned-wva"
+    reference = valuelens.Encoder.from_pretrained(path, device="cpu", **{**entry, "postprocess": None})
+    np.testing.assert_allclose(
+        np.array(emb.get_text_embedding_batch(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )
+
+
+def test_preset_parts_an_override_invalidates_are_dropped_before_the_model_loads(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+) -> None:
+    path = str(tiny_model_dir)
+    entry = tune_tiny_preset(monkeypatch, path, tmp_path)
+    caplog.set_level(logging.WARNING, logger="valuelens")
+
+    def refuse(*args, **kwargs):
+        raise _Loaded
+
+    monkeypatch.setattr("valuelens.encoder.load_model", refuse)
+    with pytest.raises(_Loaded):  # a ConfigError about drop_prefix before
+        ValueLensEmbedding(path, device="cpu", preset="best", recipe="va")
+    assert "dropped drop_prefix=True (recipe='va' does not read the last token's attention)" in caplog.text
+    with pytest.raises(_Loaded):  # failed after loading the model before
+        ValueLensEmbedding(path, device="cpu", preset="best", prompt="prompteol")
+    assert "prompt= changed it" in caplog.text
+    with pytest.raises(valuelens.ConfigError, match="Pass postprocess=None"):  # passed: kept, so refused
+        ValueLensEmbedding(
+            path, device="cpu", preset="best", prompt="prompteol", postprocess=entry["postprocess"]
+        )
+
+
+def test_a_preset_instance_shares_its_encoder(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    path = str(tiny_model_dir)
+    tune_tiny_preset(monkeypatch, path, tmp_path)
+    emb = ValueLensEmbedding(path, device="cpu", preset="best")
+    shared = ValueLensEmbedding(encoder=emb.encoder, preset="best", drop_prefix=True)
+    assert shared.encoder is emb.encoder and shared.postprocess == emb.postprocess
+    with pytest.raises(valuelens.ConfigError, match="disagree"):
+        ValueLensEmbedding(
+            encoder=emb.encoder, preset="best", drop_prefix=False
+        )  # the preset's spec without it
+    plain = valuelens.Encoder.from_pretrained(path, device="cpu")
+    with pytest.raises(valuelens.ConfigError, match="disagree"):
+        ValueLensEmbedding(encoder=plain, preset="best")
+
+
+def test_from_dict_with_the_encoder_works_for_a_preset_instance(
+    tiny_model_dir, tmp_path, monkeypatch
+) -> None:
+    tune_tiny_preset(monkeypatch, str(tiny_model_dir), tmp_path)
+    embedding = ValueLensEmbedding(str(tiny_model_dir), device="cpu", preset="best")
+    data = embedding.to_dict()
+    assert data["preset"] == "best" and data["drop_prefix"]
+    shared = ValueLensEmbedding.from_dict(data, encoder=embedding.encoder)  # refused before
+    assert shared.encoder is embedding.encoder
+    assert shared.to_dict() == data

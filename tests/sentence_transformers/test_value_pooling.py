@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -13,7 +14,8 @@ from conformance import TEXTS, SentenceTransformerModuleConformance
 from sentence_transformers.base.modules import Normalize, Transformer
 
 from sentence_transformers import SentenceTransformer
-from valuelens import Encoder
+from tiny_models import tune_tiny_preset
+from valuelens import Encoder, fit_texts
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens_sentence_transformers import ValuePooling, ValueTransformer
 
@@ -300,12 +302,76 @@ def test_a_preset_on_a_cut_checkpoint_is_the_full_models(tiny_model_dir, tmp_pat
     np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
 
 
-def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_path):
-    from valuelens import Postprocess
+def test_preset_overrides_win_by_key_even_none_and_defaults(tiny_model_dir, tmp_path, monkeypatch, caplog):
+    path = tiny_model_dir["llama"]
+    entry = tune_tiny_preset(monkeypatch, path, tmp_path)
+    assert _st(path, preset="best")[1].encoder_config.postprocess == entry["postprocess"]
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    config = _st(path, preset="best", drop_prefix=False)[1].encoder_config  # the default value, passed
+    assert not config.drop_prefix and config.postprocess is None and config.recipe == "aligned-wva"
+    config = _st(path, preset="best", prompt=None)[1].encoder_config
+    assert config.prompt is None and config.drop_prefix and config.postprocess is None
+    model = _st(path, preset="best", postprocess=None)
+    assert model[1].encoder_config.postprocess is None and model[1].encoder_config.drop_prefix
+    reference = Encoder.from_pretrained(path, preset="best", postprocess=None)
+    np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+    # positional fields count as passed too
+    positional = ValuePooling("aligned-wva", [2, 3], None, preset="best")
+    assert positional.get_config_dict() == {
+        "recipe": "aligned-wva",
+        "layers": [2, 3],
+        "prompt": None,
+        "preset": "best",
+    }
+
+
+def test_preset_parts_an_override_invalidates_are_dropped_before_the_encoder_is_built(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+):
+    from valuelens_sentence_transformers import pooling
 
     path = tiny_model_dir["llama"]
+    tune_tiny_preset(monkeypatch, path, tmp_path)
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    seen: list[str] = []
+    real = pooling.Encoder
+
+    def building(*args, **kwargs):
+        seen.append(caplog.text)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pooling, "Encoder", building)
+    model = _st(path, preset="best", recipe="va")  # a ConfigError about drop_prefix before
+    config = model[1].encoder_config
+    assert config.recipe == "va" and not config.drop_prefix and config.postprocess is None
+    assert "dropped drop_prefix=True (recipe='va'" in seen[0] and "postprocess=" in seen[0]
+    assert model.encode(TEXTS).shape == (len(TEXTS), model[1].get_embedding_dimension())
+    with pytest.raises(ConfigError, match="drop_prefix=True applies to"):
+        _st(path, preset="best", recipe="va", drop_prefix=True)  # passed: kept, so refused
+
+
+def test_the_fields_passed_with_a_preset_survive_a_save_before_binding(tiny_model_dir, tmp_path, monkeypatch):
+    path = tiny_model_dir["llama"]
+    tune_tiny_preset(monkeypatch, path, tmp_path)
+    unbound = ValuePooling(preset="best", drop_prefix=False, prompt=None)
+    assert unbound.get_config_dict() == {"drop_prefix": False, "prompt": None, "preset": "best"}
+    (tmp_path / "pooling").mkdir()
+    unbound.save(str(tmp_path / "pooling"))
+    again = ValuePooling.load(str(tmp_path / "pooling"))
+    assert again.get_config_dict() == unbound.get_config_dict()
+    model = SentenceTransformer(modules=[Transformer(path), again], device="cpu")
+    config = model[1].encoder_config
+    assert config.prompt is None and not config.drop_prefix and config.postprocess is None
+    assert config.recipe == "aligned-wva" and config.layers == (2, 3)  # the rest from the preset
+    model.save(str(tmp_path / "saved"))  # bound: the whole spec is saved, no preset left
+    saved = json.loads((tmp_path / "saved" / "1_ValuePooling" / "config.json").read_text())
+    assert "preset" not in saved and saved["prompt"] is None
+
+
+def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_path):
+    path = tiny_model_dir["llama"]
     raw = Encoder.from_pretrained(path, recipe="va", layers=[1, 2])
-    state = Postprocess.fit_texts(raw, TEXTS * 3, kind="whiten", dim=8)
+    state = fit_texts(raw, TEXTS * 3, kind="whiten", dim=8)
     file = state.save(tmp_path / "state.safetensors")
     model = _st(path, recipe="va", layers=[1, 2], postprocess=str(file))
     before = model.encode(TEXTS)

@@ -23,9 +23,11 @@ from valuelens.errors import (
     UnsupportedModelError,
     ValueLensError,
 )
+from valuelens.fitting import fit_texts
 from valuelens.inputs import check_texts
-from valuelens.postprocess import Postprocess, PostprocessKind, unlabeled_texts
-from valuelens.presets import preset_config
+from valuelens.io import unlabeled_texts
+from valuelens.postprocess import Postprocess, PostprocessKind
+from valuelens.presets.resolution import preset_config
 from valuelens.prompts import NAMED_PROMPTS, Prompt
 from valuelens.recipes import RECIPES, Recipe
 from valuelens.shared import SharedEncoding, encode_many
@@ -60,6 +62,7 @@ __all__ = [
     "capturing",
     "check_texts",
     "encode_many",
+    "fit_texts",
     "preset_config",
     "start_capture",
     "unlabeled_texts",

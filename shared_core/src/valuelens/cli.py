@@ -65,6 +65,13 @@ PromptOpt = Annotated[
         "or a template with {text}."
     ),
 ]
+SpecPromptOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Prompt (default: none, or the preset's / config file's): prompteol, futureeol, echo, metaeol, "
+        "a template with {text}, or 'none' (turns a preset's prompt off)."
+    ),
+]
 SpecRecipeOpt = Annotated[
     str | None,
     typer.Option(
@@ -86,6 +93,20 @@ ConfigFileOpt = Annotated[
     typer.Option(
         "--config",
         help="A JSON EncoderConfig (every field: prepend_layers, contrast_layer, fusion, postprocess, drop_prefix, ...).",
+    ),
+]
+PostprocessOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="A fitted post-processing state (.safetensors or builtin:NAME); 'none' turns a preset's off."
+    ),
+]
+DropPrefixOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--drop-prefix/--no-drop-prefix",
+        help="Last-token attention recipes: drop the prompt's head from the last token's attention "
+        "(default: the preset's / config file's, else off).",
     ),
 ]
 FilterOpt = Annotated[
@@ -118,20 +139,28 @@ def _note(line: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- commands
+#: Options whose value ``none`` means the field's ``None`` (given, so it overrides a preset's value).
+NONE_OPTIONS = ("prompt", "postprocess")
+
+
 def _spec(model: str | None, preset: str | None, config_file: Path | None, **explicit: Any) -> EncoderConfig:
-    """The spec of a command: a preset or a JSON config file (not both), then the options given."""
-    from valuelens.presets import preset_config
+    """The spec of a command: a preset or a JSON config file (not both), then the options given.
+
+    An option left out is ``None`` here (not given); ``--prompt none`` / ``--postprocess none`` give
+    ``None``. A preset and the options given are merged by :func:`valuelens.presets.resolution.resolve`."""
+    from valuelens.presets.resolution import resolve
 
     if preset is not None and config_file is not None:
         msg = "pass either --preset or --config, not both"
         raise ConfigError(msg)
     given = {k: v for k, v in explicit.items() if v is not None}
-    if preset is not None:
-        return preset_config(preset, model, **given)
+    for name in NONE_OPTIONS:
+        if isinstance(given.get(name), str) and given[name].strip().lower() == "none":
+            given[name] = None
     if config_file is not None:
         data = json.loads(Path(config_file).read_text(encoding="utf-8"))
         return EncoderConfig.from_dict({**data, **given})
-    return EncoderConfig.from_dict(given)
+    return resolve(preset, model, given)
 
 
 def _embed(
@@ -229,8 +258,10 @@ def embed(
     config_file: ConfigFileOpt = None,
     recipe: SpecRecipeOpt = None,
     layers: SpecLayersOpt = None,
-    prompt: PromptOpt = None,
+    prompt: SpecPromptOpt = None,
     embed_filter: FilterOpt = None,
+    postprocess: PostprocessOpt = None,
+    drop_prefix: DropPrefixOpt = None,
     field: Annotated[str, typer.Option(help="Text field/column of .jsonl/.csv/.parquet inputs.")] = "text",
     id_field: Annotated[str | None, typer.Option(help="Id field/column (default: the row number).")] = None,
     batch_size: BatchOpt = 32,
@@ -269,6 +300,8 @@ def embed(
             prompt=prompt,
             embed_filter=embed_filter,
             max_length=max_length,
+            postprocess=postprocess,
+            drop_prefix=drop_prefix,
         )
     except (ValueLensError, ValueError, OSError) as exc:
         raise _fail(exc) from exc
@@ -466,7 +499,9 @@ def _fit(
     import time
 
     from valuelens import Encoder
-    from valuelens.postprocess import Postprocess, check_settings, unlabeled_texts
+    from valuelens.fitting import fit_texts
+    from valuelens.io import unlabeled_texts
+    from valuelens.postprocess import check_settings
 
     check_settings(kind, k, dim)  # before any reading or loading
     fields = [f.strip() for f in field.split(",") if f.strip()]
@@ -476,7 +511,7 @@ def _fit(
     spec = {key: value for key, value in settings.items() if key != "model"}
     encoder = Encoder.from_pretrained(settings["model"], device=device, dtype=dtype, **spec)
     start = time.perf_counter()
-    state = Postprocess.fit_texts(
+    state = fit_texts(
         encoder,
         texts,
         kind=kind,
@@ -511,7 +546,7 @@ def fit(
     config_file: ConfigFileOpt = None,
     recipe: SpecRecipeOpt = None,
     layers: SpecLayersOpt = None,
-    prompt: PromptOpt = None,
+    prompt: SpecPromptOpt = None,
     embed_filter: FilterOpt = None,
     max_length: MaxLenOpt = None,
     field: Annotated[

@@ -20,7 +20,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,14 +35,13 @@ from valuelens.errors import ConfigError, EncodeOutOfMemoryError
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
 from valuelens.layers import resolve_layers
 from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
+from valuelens.postprocess import Postprocess, load_postprocess
+from valuelens.presets.resolution import resolve
 from valuelens.prompts import Prompt, resolve_prompt
 from valuelens.readout import CapturePlan, Readout, average_passes, fuse, pooling_inputs
 from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe
 from valuelens.steering import Contrast, Prepend
 from valuelens.tokenization import Batch, TokenizedText, collate, placeholder_token, tokenize
-
-if TYPE_CHECKING:
-    from valuelens.postprocess import Postprocess
 
 __all__ = ["Encoder", "TruncationWarning", "plan_batches", "warn_truncated"]
 
@@ -142,8 +141,6 @@ class Encoder:
         )
         self.postprocess: Postprocess | None = None
         if self.config.postprocess is not None:
-            from valuelens.presets import load_postprocess
-
             self.postprocess = load_postprocess(self.config.postprocess, self.config)
             raw = sum(r.dimension for r in self.readouts)
             if self.postprocess.input_dim != raw:
@@ -193,7 +190,8 @@ class Encoder:
 
         The spec is ``config`` or its fields as keywords (``recipe="va"``, ``layers=...``); other
         keywords go to transformers' ``from_pretrained``. ``preset="best"`` starts from the model's
-        recommended spec (:mod:`valuelens.presets`; keyword fields override it). Only the layers up to
+        recommended spec; keyword fields given override it, and dependent parts they invalidate are
+        dropped with a log line (:func:`valuelens.presets.resolution.resolve`). Only the layers up to
         the deepest selected one are loaded (``truncate_layers``), and no LM head. ``path=None`` uses the embedded default model.
         ``device`` defaults to CUDA when available; ``dtype=None`` means float32 on CPU and the
         checkpoint's dtype elsewhere.
@@ -206,9 +204,9 @@ class Encoder:
             if config is not None:
                 msg = "pass either preset= or config=, not both (use preset_config(...).replace(...))"
                 raise ConfigError(msg)
-            from valuelens.presets import preset_config
-
-            config = preset_config(preset, local, **settings)
+            if embed_filter is not None and not isinstance(embed_filter, EmbedFilter):
+                settings["embed_filter"], embed_filter = embed_filter, None  # a field like the others
+            config = resolve(preset, path, settings)  # the reference as given: the log line names it
             settings = {}
         spec, prebuilt = _split_settings(config, embed_filter, settings)  # validated before any loading
         spec = resolve_config(local, spec, trust_remote_code=bool(kwargs.get("trust_remote_code", False)))

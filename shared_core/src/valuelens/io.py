@@ -3,6 +3,7 @@
 Usage::
 
     texts, ids = read_texts(Path("sentences.jsonl"), field="body", id_field="key")
+    texts = unlabeled_texts("train.jsonl", ("sentence1", "sentence2"), limit=2000)  # to fit a Postprocess on
     write_vectors(Path("vectors.parquet"), vectors, ids=ids, texts=texts, settings={"recipe": "va"})
     vectors, ids, texts, settings = read_vectors(Path("vectors.parquet"))
     report_path(Path("out/qwen2.5-0.5b-sts"), ".md")  # out/qwen2.5-0.5b-sts.md
@@ -17,14 +18,14 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from valuelens.errors import ValueLensError
+from valuelens.errors import ConfigError, ValueLensError
 
 __all__ = [
     "BadLine",
@@ -35,6 +36,7 @@ __all__ = [
     "read_vectors",
     "replace_atomically",
     "report_path",
+    "unlabeled_texts",
     "write_vectors",
 ]
 
@@ -171,6 +173,40 @@ def read_texts(
 
 
 _UNDECODED = re.compile("[\udc80-\udcff]")  # bytes that were not UTF-8, kept by "surrogateescape"
+
+
+def unlabeled_texts(
+    path: str | os.PathLike[str],
+    fields: str | Iterable[str] = ("text",),
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+) -> list[str]:
+    """The distinct texts of a file (first occurrence order), to fit a :class:`valuelens.Postprocess` on.
+
+    ``.txt`` files give one text per non-blank line; ``.jsonl``, ``.csv`` and ``.parquet`` the
+    ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files). With
+    ``limit``, a seeded random sample of that many texts (in file order). A malformed line raises
+    :class:`InputFileError`. Usage:
+    ``unlabeled_texts("../shared/data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
+    """
+    names = [fields] if isinstance(fields, str) else list(fields)
+    if not names:
+        msg = "fields must name at least one text field"
+        raise ConfigError(msg)
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1
+    ):
+        msg = f"limit must be a positive int or None, got {limit!r}"
+        raise ConfigError(msg)
+    found: list[str] = []
+    for name in names:
+        found += read_texts(Path(path), field=name)[0]
+    texts = list(dict.fromkeys(found))
+    if limit is not None and limit < len(texts):
+        keep = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
+        texts = [texts[int(i)] for i in keep]
+    return texts
 
 
 def _decode(raw: bytes) -> tuple[str, str | None]:

@@ -13,46 +13,17 @@ import math
 from collections.abc import Sequence
 
 from valuelens.errors import ConfigError
+from valuelens.presets.bands import AUTO_LAYERS
 from valuelens.recipes import Recipe
 
 LayerSpec = str | int | Sequence[int]
 
 NAMED_SPECS = ("auto", "all", "half", "last", "band")
 
-#: Per-model defaults for ``layers="auto"``, keyed by (model_type, n_layers, hidden_size), then by
-#: recipe name (``"*"``: every recipe without its own entry). The first two come from the Value
-#: Aggregation paper; the bundled models' bands were chosen on STS-B dev (never test) with
-#: ``valuelens sweep`` as the best contiguous band of at least three layers (docs/results.md).
-AUTO_LAYERS: dict[tuple[str, int, int], dict[str, tuple[int, ...]]] = {
-    ("llama", 32, 4096): {"*": tuple(range(20, 28))},  # Llama-2-7B: layers 20-27
-    ("qwen3", 36, 4096): {"*": (26, 27, 29, 30, 31)},  # Qwen3-8B
-    # SmolLM2-135M (docs/sweeps/smollm2-*.md): VA 21-23 71.5 on dev (all layers 66.6); HS peaks much earlier
-    ("llama", 30, 576): {
-        "*": (21, 22, 23),
-        "hs": (8, 9, 10),
-        "aligned-wva": tuple(range(21, 28)),
-    },
-    # gemma-3-270m (docs/sweeps/gemma3-*.md): VA 0-15 68.4 on dev (all 67.9); AlignedWVA(FutureEOL) 12-15 66.4
-    ("gemma3_text", 18, 640): {
-        "*": tuple(range(10, 16)),
-        "va": tuple(range(16)),
-        "hs": tuple(range(13, 18)),
-        "wva-lt": (10, 11, 12),
-        "aligned-wva": (12, 13, 14, 15),
-        "wva": (13, 14, 15),
-    },
-    # Qwen2.5-Coder-0.5B (docs/sweeps/qwen-*.md): VA 19-22 72.6 on dev (all 67.7); AlignedWVA(FutureEOL) 18-20 78.6
-    ("qwen2", 24, 896): {
-        "*": (18, 19, 20),
-        "va": (19, 20, 21, 22),
-        "aligned-va": (19, 20, 21),
-        "hs": (21, 22, 23),
-    },
-}
-
 
 def auto_layers(model_type: str, n_layers: int, hidden_size: int, recipe: str) -> tuple[int, ...] | None:
-    """The per-model ``"auto"`` layers for ``recipe``, or ``None`` if the model has no entry."""
+    """The per-model ``"auto"`` layers for ``recipe`` (:data:`valuelens.presets.AUTO_LAYERS`), or
+    ``None`` if the model has no entry."""
     table = AUTO_LAYERS.get((model_type, n_layers, hidden_size))
     if table is None:
         return None
@@ -177,7 +148,7 @@ def prepend_default(n_layers: int) -> tuple[int, ...]:
 
 def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: int) -> tuple[int, ...]:
     """What ``layers="auto"`` means for ``recipe`` on a model: the last layer for last-token/WMP
-    recipes, else a per-model, per-recipe default (:data:`AUTO_LAYERS`) or the 50–85 % band."""
+    recipes, else a per-model, per-recipe default (:data:`valuelens.presets.AUTO_LAYERS`) or the 50–85 % band."""
     if recipe.auto_layers == "last":
         return (n_layers - 1,)
     return auto_layers(model_type, n_layers, hidden_size, recipe.name) or depth_band(n_layers)

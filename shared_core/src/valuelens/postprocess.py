@@ -2,11 +2,12 @@
 
 Usage::
 
-    texts = unlabeled_texts("../shared/data/stsb/train.jsonl", fields=("sentence1", "sentence2"))
-    pp = Postprocess.fit_texts(encoder, texts, kind="abtt", k=1)   # embeds (un-normalized), then fits
+    texts = unlabeled_texts("../shared/data/stsb/train.jsonl", fields=("sentence1", "sentence2"))  # valuelens.io
+    pp = fit_texts(encoder, texts, kind="abtt", k=1)   # valuelens.fitting: embeds (un-normalized), then fits
     emb = pp.transform(encoder.encode(queries, convert_to_tensor=True))   # [n, d] -> [n, pp.output_dim]
     pp.save("abtt.safetensors"); pp = Postprocess.load("abtt.safetensors")
     pp = Postprocess.fit(embeddings, kind="whiten", dim=256)       # from a [n, d] array or tensor
+    pp = load_postprocess("builtin:smollm2-135m-best-v3", config)  # checked against the spec it serves
 
 With μ the mean of the fitting embeddings and C = (X - μ)ᵀ(X - μ) / n = U Λ Uᵀ their covariance
 (eigenvalues large to small), a fitted state maps an embedding x to:
@@ -33,12 +34,13 @@ texts a score is reported on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, overload
+from typing import Any, Literal, get_args, overload
 
 import numpy as np
 import torch
@@ -46,12 +48,21 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
+from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
+from valuelens.io import replace_atomically
+from valuelens.presets.builtin import BUILTIN_PREFIX, builtin_path
 
-if TYPE_CHECKING:
-    from valuelens.encoder import Encoder
-
-__all__ = ["DEFAULT_EPS", "FORMAT", "KINDS", "Postprocess", "PostprocessKind", "unlabeled_texts"]
+__all__ = [
+    "DEFAULT_EPS",
+    "FORMAT",
+    "KINDS",
+    "Postprocess",
+    "PostprocessKind",
+    "check_count",
+    "check_settings",
+    "load_postprocess",
+]
 
 PostprocessKind = Literal["center", "abtt", "standardize", "whiten"]
 KINDS: tuple[str, ...] = get_args(PostprocessKind)
@@ -122,7 +133,8 @@ def min_samples(kind: str, k: int, dim: int | None, d: int) -> tuple[int, str]:
     return 2, f"kind={kind!r} needs at least 2"
 
 
-def _check_count(kind: str, k: int, dim: int | None, d: int, n: int, unit: str) -> None:
+def check_count(kind: str, k: int, dim: int | None, d: int, n: int, unit: str) -> None:
+    """Raise :class:`ConfigError` when ``n`` embeddings (or texts: ``unit``) are too few to fit ``kind``."""
     need, why = min_samples(kind, k, dim, d)
     if n < need:
         fix = {"abtt": " or a smaller k", "whiten": " or a smaller dim"}.get(kind, "")
@@ -199,8 +211,8 @@ def _principal(cov: Tensor) -> tuple[Tensor, Tensor]:
 class Postprocess:
     """A fitted map of embeddings ``[..., input_dim] -> [..., output_dim]`` (see the module docstring).
 
-    Build one with :meth:`fit` (embeddings) or :meth:`fit_texts` (an encoder and texts), or
-    :meth:`load` a saved one; apply it with :meth:`transform`. The tensors are fp32 on CPU:
+    Build one with :meth:`fit` (embeddings) or :func:`valuelens.fitting.fit_texts` (an encoder and
+    texts), or :meth:`load` a saved one (:func:`load_postprocess` for a spec's reference); apply it with :meth:`transform`. The tensors are fp32 on CPU:
     ``mean [d]`` always, plus ``components [k, d]`` (abtt), ``scale [d]`` (standardize, the floored
     standard deviations) or ``matrix [d, dim]`` (whiten); ``rms`` is the output divisor of center and
     abtt (1.0 for the other kinds).
@@ -329,7 +341,7 @@ class Postprocess:
         x = _as_matrix(embeddings)
         n, d = x.shape
         check_settings(kind, k, dim, eps, d)
-        _check_count(kind, k, dim, d, n, "embeddings")
+        check_count(kind, k, dim, d, n, "embeddings")
         mean, second = _moments(x, full=kind in ("abtt", "whiten"))
         if kind != "center" and not float(second.diagonal().sum() if second.dim() == 2 else second.sum()) > 0:
             msg = f"the {n} embeddings are all identical (zero variance): kind={kind!r} has nothing to fit"
@@ -360,51 +372,6 @@ class Postprocess:
             fitted_on=fitted_on,
             model=model,
             encoder_config=encoder_config,
-        )
-
-    @classmethod
-    def fit_texts(
-        cls,
-        encoder: Encoder,
-        texts: Sequence[str],
-        kind: PostprocessKind = "abtt",
-        k: int = 1,
-        dim: int | None = None,
-        batch_size: int = 32,
-        *,
-        eps: float = DEFAULT_EPS,
-        fitted_on: str | None = None,
-        show_progress: bool = False,
-    ) -> Postprocess:
-        """Embed ``texts`` with ``encoder`` (un-normalized) and :meth:`fit` on them.
-
-        The count is checked before any forward pass; the state records the encoder's model and
-        config. Usage: ``Postprocess.fit_texts(encoder, train_sentences, kind="whiten", dim=128)``.
-        """
-        from valuelens.inputs import check_texts
-
-        if getattr(encoder, "postprocess", None) is not None:
-            msg = (
-                "this encoder already applies a post-processing; fit on the raw embeddings of an "
-                "encoder built without one"
-            )
-            raise ConfigError(msg)
-        items, _ = check_texts(texts, allow_single=False)
-        d = encoder.dimension
-        check_settings(kind, k, dim, eps, d)
-        _check_count(kind, k, dim, d, len(items), "texts")
-        embeddings = encoder.encode(
-            items, batch_size=batch_size, convert_to_tensor=True, show_progress=show_progress
-        )
-        return cls.fit(
-            embeddings,
-            kind,
-            k,
-            dim,
-            eps=eps,
-            fitted_on=fitted_on if fitted_on is not None else f"{len(items)} texts",
-            model=encoder.name_or_path,
-            encoder_config=encoder.config.to_dict(),
         )
 
     # ------------------------------------------------------------------ shape
@@ -498,8 +465,6 @@ class Postprocess:
         The tensors are the fp32 state; the metadata holds ``format``, ``kind``, ``params`` (JSON of
         :meth:`config`) and, when known, ``fitted_on``, ``model`` and ``encoder_config`` (JSON).
         """
-        from valuelens.io import replace_atomically
-
         target = Path(path)
         if target.is_dir():
             msg = f"{str(target)!r} is a folder: Postprocess.save writes one file (e.g. state.safetensors)"
@@ -595,35 +560,58 @@ class Postprocess:
         return f"Postprocess(kind={self.kind!r}{params}, {self.input_dim} -> {self.output_dim}{fitted})"
 
 
-def unlabeled_texts(
-    path: str | os.PathLike[str],
-    fields: str | Iterable[str] = ("text",),
-    *,
-    limit: int | None = None,
-    seed: int = 0,
-) -> list[str]:
-    """The distinct texts of a file (first occurrence order), to fit a :class:`Postprocess` on.
+def _unresolved_as(recorded: EncoderConfig, wanted: EncoderConfig) -> EncoderConfig:
+    """``recorded`` with its layer specs taken from ``wanted`` wherever either side is unresolved
+    (``"auto"`` against a tuple cannot be compared without the model); resolved tuples are compared."""
 
-    ``.txt`` files give one text per non-blank line; ``.jsonl``, ``.csv`` and ``.parquet`` the
-    ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files). With
-    ``limit``, a seeded random sample of that many texts (in file order). A malformed line raises
-    :class:`valuelens.io.InputFileError`. Usage:
-    ``unlabeled_texts("../shared/data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
+    def unresolved(a: object, b: object) -> bool:
+        return not (isinstance(a, tuple) and isinstance(b, tuple))
+
+    if unresolved(recorded.layers, wanted.layers):
+        recorded = recorded.replace(layers=wanted.layers)
+    if len(recorded.fusion) == len(wanted.fusion):
+        parts = tuple(
+            dataclasses.replace(mine, layers=theirs.layers)
+            if unresolved(mine.layers, theirs.layers)
+            else mine
+            for mine, theirs in zip(recorded.fusion, wanted.fusion, strict=True)
+        )
+        recorded = recorded.replace(fusion=parts)
+    return recorded
+
+
+def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Postprocess:
+    """Load the fitted state ``reference`` names (a ``.safetensors`` path or ``"builtin:NAME"``,
+    :mod:`valuelens.presets.builtin`).
+
+    When the state records the spec it was fitted for, every field of ``config`` but ``max_length``
+    must match it. Usage: ``load_postprocess(config.postprocess, encoder.config)``.
     """
-    from valuelens.io import read_texts
-
-    names = [fields] if isinstance(fields, str) else list(fields)
-    if not names:
-        msg = "fields must name at least one text field"
-        raise ConfigError(msg)
-    if limit is not None and (not _is_int(limit) or limit < 1):
-        msg = f"limit must be a positive int or None, got {limit!r}"
-        raise ConfigError(msg)
-    found: list[str] = []
-    for name in names:
-        found += read_texts(Path(path), field=name)[0]
-    texts = list(dict.fromkeys(found))
-    if limit is not None and limit < len(texts):
-        keep = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
-        texts = [texts[int(i)] for i in keep]
-    return texts
+    path = (
+        builtin_path(reference[len(BUILTIN_PREFIX) :])
+        if reference.startswith(BUILTIN_PREFIX)
+        else Path(reference)
+    )
+    state = Postprocess.load(path)
+    fitted_for = state.encoder_config
+    if config is not None and fitted_for:
+        wanted = config.replace(postprocess=None)
+        try:
+            recorded = EncoderConfig.from_dict({**fitted_for, "postprocess": None})
+        except ConfigError:
+            recorded = None
+        if recorded is not None:
+            differing = [
+                item
+                for item in _unresolved_as(recorded, wanted).diff(wanted)
+                if not item.startswith("max_length")
+            ]
+            if differing:
+                msg = (
+                    f"the post-processing state {reference!r} was fitted for another spec: "
+                    + "; ".join(differing)
+                    + ". Pass postprocess=None to embed without it, or a state fitted for this spec "
+                    "(`valuelens fit ... -o state.safetensors`, then postprocess='state.safetensors')"
+                )
+                raise ConfigError(msg)
+    return state

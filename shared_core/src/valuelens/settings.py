@@ -31,9 +31,8 @@ from pydantic import BaseModel, Field, StrictInt, field_validator
 
 from valuelens.config import FIELDS, Combine, EncoderConfig
 from valuelens.encoder import Encoder
-from valuelens.errors import ConfigError
 from valuelens.loading import resolve_config, resolve_device, resolve_dtype
-from valuelens.presets import preset_config
+from valuelens.presets.resolution import resolve
 
 __all__ = ["EncoderSettings", "load_encoder", "prepare_fields"]
 
@@ -126,7 +125,8 @@ class EncoderSettings(BaseModel):
         default=None,
         frozen=True,
         description="Start from a named spec for the model ('best', 'sts', 'generic': valuelens.presets); fields given "
-        "explicitly override it, and the fields then record the whole spec.",
+        "explicitly override it (None and default values included; a preset's drop_prefix or postprocess that an "
+        "override invalidates is dropped with a log line), and the fields then record the whole spec.",
     )
     device: str | None = Field(
         default=None,
@@ -168,21 +168,21 @@ def prepare_fields(
     dtype are checked too), then the host's own field checks run, and only then is ``layers``
     resolved for ``model`` from its config alone (no weights), so that the fields record what
     ``"auto"`` meant and a saved adapter re-creates exactly this embedding. With ``encoder`` the
-    explicitly given fields must agree with it (:meth:`valuelens.Encoder.adopt`). Returns the fields
+    explicitly given fields must agree with it (:meth:`valuelens.Encoder.adopt`; with ``preset``, the
+    preset's spec for the encoder's model with the given fields applied must).  A preset and the fields
+    given are merged by :func:`valuelens.presets.resolution.resolve`. Returns the fields
     to pass to the host's ``__init__`` (they describe the embedding) and the resolved spec.
     """
     given = {name: fields[name] for name in FIELDS if name in fields}
     device, dtype = fields.get("device"), fields.get("dtype")
     preset = fields.get("preset")
     if encoder is not None:
-        if preset is not None:
-            msg = (
-                "preset= chooses the spec of a model to load; an Encoder given as model already has its spec"
-            )
-            raise ConfigError(msg)
+        if preset is not None:  # the preset's spec for the encoder's model, checked against the encoder
+            key = encoder.parts.model_key
+            given = resolve(preset, key, given).resolved(*key).to_dict()
         config = encoder.adopt(given, device=device, dtype=dtype)
         return {**fields, **config.to_dict()}, config
-    config = preset_config(preset, model, **given) if preset is not None else EncoderConfig.from_dict(given)
+    config = resolve(preset, model, given)
     resolve_device(device)
     resolve_dtype(dtype)
     # the host's field checks (types, bounds, unknown names) come before the model's config is read

@@ -25,8 +25,10 @@ How it fits into sentence-transformers (all work is done by the valuelens core):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -39,7 +41,8 @@ from valuelens.config import FIELDS
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
 from valuelens.loading import prune_layers
-from valuelens.presets import BUILTIN_PREFIX, preset_for
+from valuelens.presets import BUILTIN_PREFIX
+from valuelens.presets.resolution import check_preset_name, resolve
 from valuelens.prompts import resolve_prompt
 from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, ValueTransformer
 
@@ -47,6 +50,22 @@ __all__ = ["ValuePooling"]
 
 WEIGHTS_NAME = "model.safetensors"
 POSTPROCESS_NAME = "postprocess.safetensors"
+
+
+def _records_given(init: Callable[..., None]) -> Callable[..., None]:
+    """Wrap ``__init__`` so that it receives the names of the spec fields the caller passed (by key,
+    whatever their values), as ``_given``; the signature shown stays ``init``'s."""
+    signature = inspect.signature(init)
+    names = [name for name in signature.parameters if name != "self"]
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        given = {*names[: len(args)], *kwargs} & set(FIELDS)
+        init(self, *args, _given=frozenset(given), **kwargs)
+
+    shown = [p for name, p in signature.parameters.items() if name != "_given"]
+    wrapper.__signature__ = signature.replace(parameters=shown)  # type: ignore[attr-defined]
+    return wrapper
 
 
 class ValuePooling(Module):
@@ -61,11 +80,14 @@ class ValuePooling(Module):
     (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess`` and
     ``drop_prefix`` (the last token's attention without the prompt's head).
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
-    the model is known; the fields given explicitly override it.
+    the model is known; the fields passed override it (by key: ``drop_prefix=False`` or
+    ``postprocess=None`` too), and a preset's ``drop_prefix`` or fitted state that they invalidate is
+    dropped with a log line (:func:`valuelens.presets.resolution.resolve`).
     """
 
     config_keys: list[str] = list(FIELDS)  # noqa: RUF012 - sentence-transformers declares it so
 
+    @_records_given
     def __init__(
         self,
         recipe: str = "va",
@@ -85,6 +107,7 @@ class ValuePooling(Module):
         drop_prefix: bool = False,
         *,
         preset: str | None = None,
+        _given: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__()
         given = {
@@ -105,14 +128,10 @@ class ValuePooling(Module):
             "drop_prefix": drop_prefix,
         }
         self.encoder_config = EncoderConfig.from_dict(given)
-        # with a preset, the fields given away from their defaults override it once the model is known
-        self._preset = preset
-        defaults = EncoderConfig()
-        self._overrides = {
-            k: v for k, v in self.encoder_config.to_dict().items() if v != defaults.to_dict()[k]
-        }
-        if preset is not None:
-            preset_for("unknown", 1, 1, preset)  # the name is checked now
+        # with a preset, the fields passed (by key, whatever their values) override it once the model
+        # is known; until then they are what a save writes, with the preset
+        self._preset = None if preset is None else check_preset_name(preset)
+        self._given = _given
         self._check_passes(self.encoder_config)
         self._encoder: Encoder | None = None
         self._projection: torch.Tensor | None = None
@@ -147,10 +166,9 @@ class ValuePooling(Module):
         if getattr(backbone.config, "is_encoder_decoder", False):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"
             raise UnsupportedModelError(msg)
-        if self._preset is not None:  # the model is known now: its preset, then the explicit fields
-            text_config = backbone.config.get_text_config()
-            config = preset_for(*model_key(text_config), self._preset)
-            self.encoder_config = config.replace(**self._overrides)
+        if self._preset is not None:  # the model is known now: its preset, then the fields passed
+            key = model_key(backbone.config.get_text_config())
+            self.encoder_config = resolve(self._preset, key, self._passed())
             self._check_passes(self.encoder_config)
             self._preset = None
         try:  # without a saved filter the Encoder builds one from the model's unembedding matrix
@@ -226,7 +244,15 @@ class ValuePooling(Module):
     def get_embedding_dimension(self) -> int | None:
         return self._encoder.dimension if self._encoder is not None else None
 
+    def _passed(self) -> dict[str, Any]:
+        """The spec fields the caller passed, as the spec stores them."""
+        stored = self.encoder_config.to_dict()
+        return {name: stored[name] for name in FIELDS if name in self._given}
+
     def get_config_dict(self) -> dict[str, Any]:
+        """The whole spec; while a preset is unresolved (no model yet), the preset and the fields passed."""
+        if self._preset is not None:
+            return {**self._passed(), "preset": self._preset}
         return self.encoder_config.to_dict()
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
@@ -274,7 +300,9 @@ class ValuePooling(Module):
                 msg = f"the saved ValuePooling names {POSTPROCESS_NAME!r} but the file is missing"
                 raise ConfigError(msg)
             saved["postprocess"] = str(state)
-        module = cls(**EncoderConfig.from_dict(saved).to_dict())  # data only: unknown keys are refused
+        preset = saved.pop("preset", None)  # saved with an unresolved preset: the fields are those passed
+        fields = EncoderConfig.from_dict(saved).to_dict()  # data only: unknown keys are refused
+        module = cls(**{name: fields[name] for name in saved}, preset=preset)
         weights = cls.load_file_path(
             model_name_or_path, filename=WEIGHTS_NAME, subfolder=subfolder, **hub_kwargs
         )

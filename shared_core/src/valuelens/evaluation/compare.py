@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from valuelens import EmbedFilter, Encoder, encode_many
 from valuelens.errors import ConfigError
 from valuelens.loading import build_embed_filter
-from valuelens.presets import preset_for
+from valuelens.presets.resolution import resolve
 from valuelens.shared import SharedEncoding
 from valuelens.variants import Variant
 
@@ -63,12 +63,11 @@ def variant_encoders(
     encoders: dict[str, Encoder] = {}
     for variant in variants:
         if variant.preset is not None or variant.config is not None:  # a whole spec
-            config = variant.config
-            if config is None:
-                parts = probe.parts
-                config = preset_for(*parts.model_key, str(variant.preset))
-            if max_length is not None:
-                config = config.replace(max_length=max_length)
+            given = {} if max_length is None else {"max_length": max_length}
+            if variant.config is None:
+                config = resolve(str(variant.preset), probe.parts.model_key, given)
+            else:
+                config = variant.config.replace(**given)
             encoders[variant.label] = Encoder(
                 probe.model, probe.tokenizer, config, name_or_path=probe.name_or_path
             )

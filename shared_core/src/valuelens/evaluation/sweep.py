@@ -51,7 +51,7 @@ class LayerSweep:
     per_layer: Sequence[float]
     bands: Mapping[tuple[int, int], float]
     min_width: int
-    #: the model's ``(model_type, n_layers, hidden_size)``: its key in :data:`valuelens.layers.AUTO_LAYERS`
+    #: the model's ``(model_type, n_layers, hidden_size)``: its key in :data:`valuelens.presets.AUTO_LAYERS`
     model_key: tuple[str, int, int] | None = None
     #: add the proposed ``layers=`` value and ``AUTO_LAYERS`` entry to the report
     propose: bool = False
@@ -68,7 +68,7 @@ class LayerSweep:
         return f"{a}-{b}" if b > a else str(a)
 
     def auto_entry(self) -> str:
-        """The line to add to :data:`valuelens.layers.AUTO_LAYERS` that makes the best band this recipe's
+        """The line to add to :data:`valuelens.presets.AUTO_LAYERS` that makes the best band this recipe's
         ``layers="auto"`` on this model (``"*"`` would make it every recipe's)."""
         a, b = self.best
         key = self.model_key if self.model_key is not None else ("MODEL_TYPE", 0, 0)
@@ -96,7 +96,7 @@ class LayerSweep:
                 "",
                 f"Proposed `layers=` for {self.recipe} on this model: `{self.proposed_layers}` "
                 f"(`valuelens embed ... --recipe {self.recipe} --layers {self.proposed_layers}`).",
-                "To make it the `auto` default, add to `AUTO_LAYERS` in `valuelens/layers.py` (docs/analysis.md):",
+                "To make it the `auto` default, add to `AUTO_LAYERS` in `valuelens/presets/bands.py` (docs/analysis.md):",
                 "",
                 f"```python\n{self.auto_entry()}\n```",
             ]
