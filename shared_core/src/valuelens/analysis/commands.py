@@ -32,7 +32,8 @@ DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (defa
 DTypeOpt = Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", min=1)]
 CorpusHelp = (
-    "stsb, lee, scifact, banking77, emotion (the benchmark sets' texts, docs/data.md), all, or a .txt file (one text per line)."
+    "stsb, lee, scifact, banking77, emotion (the benchmark sets' texts, docs/data.md), all, "
+    "or a .txt file (one text per line)."
 )
 
 
