@@ -204,7 +204,7 @@ def test_async_concurrency_matches_sequential(
         ({"max_length": 0}, valuelens.ConfigError, "max_length must be a positive int"),
         ({"combine": "max"}, valuelens.ConfigError, "combine must be one of"),
         ({"final_norm": True}, valuelens.ConfigError, "final_norm=True applies to hidden-state recipes"),
-        ({"normalise": True}, ValidationError, "Extra inputs are not permitted"),
+        ({"normalise": True}, ValidationError, "has no field 'normalise': did you mean 'normalize'"),
     ],
 )
 def test_invalid_settings(tiny_model_dir: str, settings: dict, error: type[Exception], match: str) -> None:

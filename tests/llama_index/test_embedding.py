@@ -124,7 +124,7 @@ def test_instructions_go_inside_the_prompt_template(tiny_model_dir: Path) -> Non
         ({"dtype": "fp8"}, valuelens.ConfigError, "unknown dtype 'fp8'"),
         ({"device": "gpu"}, valuelens.ConfigError, "unknown device 'gpu'"),
         ({"embed_batch_size": 0}, ValidationError, "embed_batch_size"),
-        ({"recipie": "va"}, ValidationError, "Extra inputs are not permitted"),
+        ({"recipie": "va"}, ValidationError, "has no field 'recipie': did you mean 'recipe'"),
     ],
 )
 def test_configuration_errors_come_before_any_loading(

@@ -29,6 +29,7 @@ __all__ = [
     "DTypeSpec",
     "build_embed_filter",
     "check_load_options",
+    "default_dtype",
     "load_model",
     "prune_layers",
     "resolve_config",
@@ -58,6 +59,13 @@ def resolve_dtype(dtype: Any) -> torch.dtype | Literal["auto"] | None:
     except KeyError:
         msg = f"unknown dtype {dtype!r}: use 'auto', 'float32', 'bfloat16', 'float16' or a torch.dtype"
         raise ConfigError(msg) from None
+
+
+def default_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The dtype a model runs in when the caller names none, on every surface: float32 on CPU (exact,
+    and faster than bf16 on CPUs without AMX; the cached checkpoints are bf16), ``None`` (the
+    checkpoint's own dtype) on an accelerator. Usage: ``default_dtype("cpu")`` → ``torch.float32``."""
+    return torch.float32 if torch.device(device).type == "cpu" else None
 
 
 def resolve_device(device: Any) -> torch.device | None:
@@ -119,9 +127,8 @@ def load_model(
         _cut_config(text_config, keep_layers)
     kwargs = dict(model_kwargs)
     kwargs["trust_remote_code"] = trust_remote_code = bool(kwargs.get("trust_remote_code", False))
-    if torch_dtype is None and "device_map" not in kwargs and target.type == "cpu":
-        # fp32 on CPU: exact, and faster than bf16 on CPUs without AMX (the cached checkpoints are bf16)
-        torch_dtype = torch.float32
+    if torch_dtype is None and "device_map" not in kwargs:
+        torch_dtype = default_dtype(target)
     if torch_dtype is not None:
         kwargs["dtype"] = torch_dtype
     # transformers reports the LM head (never loaded here) and any layers left out as "unexpected"

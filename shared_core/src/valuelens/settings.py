@@ -22,123 +22,180 @@ the fields then describe what the encoder computes).
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import difflib
+import inspect
+import itertools
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field, StrictInt, field_validator
+from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
+from valuelens import config as config_module
 from valuelens.config import FIELDS, Combine, EncoderConfig
 from valuelens.encoder import Encoder
 from valuelens.loading import resolve_config, resolve_device, resolve_dtype
 from valuelens.presets.resolution import resolve
 
-__all__ = ["EncoderSettings", "load_encoder", "prepare_fields"]
+__all__ = [
+    "SPELLINGS",
+    "EncoderSettings",
+    "load_encoder",
+    "prepare_fields",
+    "spec_descriptions",
+    "spelling_hint",
+]
+
+
+def spec_descriptions() -> dict[str, str]:
+    """Each :class:`valuelens.EncoderConfig` field's description: its attribute docstring in ``config.py``
+    (the one place it is written), as Markdown-style text. Empty if the source cannot be read.
+
+    Usage: ``spec_descriptions()["recipe"]`` → ``'The valuelens recipe (`"va"`, ...'``.
+    """
+    try:
+        tree = ast.parse(inspect.getsource(config_module))
+    except (OSError, TypeError):  # no source (a frozen application): fields without descriptions
+        return {}
+    body = next(
+        node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "EncoderConfig"
+    )
+    found = {}
+    for field, doc in itertools.pairwise(body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant)
+            and isinstance(doc.value.value, str)
+        ):
+            text = " ".join(doc.value.value.split()).replace("``", "`")
+            found[field.target.id] = re.sub(r":\w+:`", "`", text)
+    return found
+
+
+_DESCRIPTIONS = spec_descriptions()
+_CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(EncoderConfig)}
+
+
+def _spec(name: str) -> Any:
+    """The pydantic field of spec field ``name``: the config's default and description, frozen."""
+    field = _CONFIG_FIELDS[name]
+    description = _DESCRIPTIONS.get(name)
+    if name == "fusion":  # a tuple of FusionPart in the config, a list of mappings here
+        return Field(default_factory=list, frozen=True, description=description)
+    return Field(default=field.default, frozen=True, description=description)
+
+
+#: Other spellings of the adapters' fields (the other valuelens adapter's, the hosts' HuggingFace
+#: integrations', sentence-transformers'), each with the fields it may mean, in order of preference.
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    "model": ("model_name",),
+    "model_name": ("model",),
+    "model_id": ("model", "model_name"),
+    "model_name_or_path": ("model", "model_name"),
+    "model_path": ("model", "model_name"),
+    "encoder": ("model",),
+    "query_instruction": ("query_prompt",),
+    "text_instruction": ("document_prompt",),
+    "embed_instruction": ("document_prompt", "text_instruction"),
+    "document_instruction": ("document_prompt", "text_instruction"),
+    "query_prompt": ("query_instruction",),
+    "document_prompt": ("text_instruction",),
+    "text_prompt": ("text_instruction", "document_prompt"),
+    "prompts": ("query_prompt", "query_instruction"),
+    "normalize_embeddings": ("normalize",),
+    "embed_batch_size": ("batch_size",),
+    "show_progress_bar": ("show_progress",),
+    "torch_dtype": ("dtype",),
+    "max_seq_length": ("max_length",),
+    "pooling": ("recipe",),
+    "pooling_mode": ("recipe",),
+    "layer": ("layers",),
+    "layer_ids": ("layers",),
+    "tau": ("embed_filter",),
+}
+#: Option dicts of the hosts' HuggingFace integrations whose keys are plain fields here.
+_OPTION_DICTS = ("encode_kwargs", "model_kwargs", "config_kwargs")
+
+
+def spelling_hint(key: str, host: type[BaseModel]) -> str | None:
+    """A sentence naming the field of ``host`` (an adapter class) that ``key`` most likely means, or None.
+
+    Usage: ``spelling_hint("model_name", ValueLensEmbeddings)`` → ``"... did you mean 'model'? ..."``.
+    """
+    fields = host.model_fields
+    name = host.__name__
+    if key in _OPTION_DICTS:
+        return (
+            f"{name} takes no {key!r}: its options are fields of their own, given directly "
+            f"(e.g. {name}(normalize=True, batch_size=16, device='cpu', dtype='float32')); see docs/fields.md"
+        )
+    choices = [field for field in SPELLINGS.get(key, ()) if field in fields]
+    choices = choices or difflib.get_close_matches(key, list(fields), n=1, cutoff=0.75)
+    if not choices:
+        return None
+    return (
+        f"{name} has no field {key!r}: did you mean {choices[0]!r}? (each valuelens adapter follows its "
+        "host's spelling; every field is listed in docs/fields.md)"
+    )
 
 
 class EncoderSettings(BaseModel):
     """Pydantic fields for :class:`valuelens.EncoderConfig` and the load options (see the module docstring)."""
 
-    recipe: str = Field(
-        default="va",
-        frozen=True,
-        description="The valuelens recipe: 'va', 'aligned-va', 'wva', 'wva-lt', 'aligned-wva', 'hs', "
-        "'last-token', 'wmp', ... (valuelens.RECIPES).",
-    )
-    layers: str | StrictInt | list[StrictInt] = Field(
-        default="auto",
-        frozen=True,
-        description="Decoder layers to read: 'auto', 'all', 'half', 'last', 'band', an int, a list of ints "
-        "or ranges such as '20-27'.",
-    )
-    prompt: str | None = Field(
-        default=None,
-        frozen=True,
-        description="None, a prompt name ('prompteol', 'futureeol', 'echo', 'metaeol') or a custom template "
-        "containing '{text}'.",
-    )
-    embed_filter: float | None = Field(
-        default=None,
-        frozen=True,
-        description="EmbedFilter ratio tau (2 keeps the middle half of the unembedding spectrum); "
-        "residual-space recipes only.",
-    )
-    embed_filter_offset: StrictInt = Field(
-        default=0, frozen=True, description="Shift of the EmbedFilter band."
-    )
-    max_length: StrictInt | None = Field(
-        default=None,
-        frozen=True,
-        description="Token limit per text, prompt included (longer texts are truncated with a warning); "
-        "None: 512.",
-    )
-    combine: Combine = Field(
-        default="mean",
-        frozen=True,
-        description="How per-layer vectors are combined: 'mean', or 'normalized-mean' (each layer "
-        "L2-normalized first).",
-    )
-    final_norm: bool = Field(
-        default=False,
-        frozen=True,
-        description="Apply the model's final norm (hidden-state recipes 'hs', 'last-token', 'wmp' only).",
-    )
-    prepend_layers: str | StrictInt | list[StrictInt] | None = Field(
-        default=None,
-        frozen=True,
-        description="Token Prepending: layers at whose input a placeholder before the text takes the last "
-        "token's state ('1-4', 'auto'); None: off.",
-    )
-    contrast_layer: StrictInt | None = Field(
-        default=None,
-        frozen=True,
-        description="Contrastive Prompting: the layer where the last token's heads become "
-        "contrast_scale * (z - z_aux); None: off.",
-    )
-    contrast_scale: float = Field(
-        default=0.5, frozen=True, description="Contrastive Prompting's coefficient."
-    )
-    contrast_prompt: str = Field(
-        default="irrelevant",
-        frozen=True,
-        description="Contrastive Prompting's auxiliary prompt (a name or a '{text}' template).",
-    )
-    fusion: list[dict[str, Any]] = Field(
-        default_factory=list,
-        frozen=True,
-        description="More recipes read in the same forward, concatenated after L2 normalization: "
-        "[{'recipe': 'va', 'layers': 'auto', 'weight': 0.5}].",
-    )
-    postprocess: str | None = Field(
-        default=None,
-        frozen=True,
-        description="A fitted valuelens.Postprocess state (.safetensors path or 'builtin:NAME') applied last.",
-    )
-    drop_prefix: bool = Field(
-        default=False,
-        frozen=True,
-        description="Last-token attention recipes ('wva', 'aligned-wva', 'wva-lt'): drop the keys before the "
-        "text (BOS, the prompt's head) and renormalize the last token's attention over the rest.",
-    )
+    recipe: str = _spec("recipe")
+    layers: str | StrictInt | list[StrictInt] = _spec("layers")
+    prompt: str | None = _spec("prompt")
+    embed_filter: float | None = _spec("embed_filter")
+    embed_filter_offset: StrictInt = _spec("embed_filter_offset")
+    max_length: StrictInt | None = _spec("max_length")
+    combine: Combine = _spec("combine")
+    final_norm: bool = _spec("final_norm")
+    prepend_layers: str | StrictInt | list[StrictInt] | None = _spec("prepend_layers")
+    contrast_layer: StrictInt | None = _spec("contrast_layer")
+    contrast_scale: float = _spec("contrast_scale")
+    contrast_prompt: str = _spec("contrast_prompt")
+    fusion: list[dict[str, Any]] = _spec("fusion")
+    postprocess: str | None = _spec("postprocess")
+    drop_prefix: bool = _spec("drop_prefix")
     preset: str | None = Field(
         default=None,
         frozen=True,
-        description="Start from a named spec for the model ('best', 'sts', 'generic': valuelens.presets); fields given "
-        "explicitly override it (None and default values included; a preset's drop_prefix or postprocess that an "
-        "override invalidates is dropped with a log line), and the fields then record the whole spec.",
+        description='Start from a named spec for the model (`"best"`, `"sts"`, `"generic"`: '
+        "`valuelens.presets`); fields given explicitly override it (`None` and default values included; a "
+        "preset's `drop_prefix` or `postprocess` that an override invalidates is dropped with a log line), "
+        "and the fields then record the whole spec.",
     )
     device: str | None = Field(
         default=None,
         frozen=True,
-        description="Where the model runs ('cpu', 'cuda', 'cuda:1', ...); None: CUDA when available, else CPU.",
+        description='Load option: where the model runs (`"cpu"`, `"cuda"`, `"cuda:1"`, ...); `None`: CUDA '
+        "when available, else CPU.",
     )
     dtype: str | None = Field(
         default=None,
         frozen=True,
-        description="'auto', 'float32', 'bfloat16', 'float16' (or 'fp32', 'bf16', 'fp16'); None: float32 on "
-        "CPU, the checkpoint's dtype elsewhere.",
+        description='Load option: `"auto"`, `"float32"`, `"bfloat16"`, `"float16"` (or `"fp32"`, '
+        '`"bf16"`, `"fp16"`); `None`: float32 on CPU, the checkpoint\'s dtype elsewhere '
+        "(`valuelens.loading.default_dtype`).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _did_you_mean(cls, data: Any) -> Any:
+        """An unknown keyword that is another adapter's (or host's) spelling of a field names this one's."""
+        if isinstance(data, Mapping):
+            for key in data:
+                if isinstance(key, str) and key not in cls.model_fields:
+                    hint = spelling_hint(key, cls)
+                    if hint:
+                        raise ValueError(hint)
+        return data
 
     @field_validator("device", "dtype", mode="before")
     @classmethod

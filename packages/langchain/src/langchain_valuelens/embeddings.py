@@ -44,12 +44,12 @@ class ValueLensEmbeddings(EncoderSettings, Embeddings):
         query = embeddings.embed_query("music")
         ```
 
-    The settings that define the embedding (``recipe``, ``layers``, ``prompt``, ``embed_filter``,
-    ``embed_filter_offset``, ``max_length``, ``combine``, ``final_norm``) and the load options
-    (``device``, ``dtype``) are the fields of :class:`valuelens.EncoderConfig`, shared with the other
-    valuelens adapters; they are frozen. ``model`` is loaded once, at construction; invalid settings
-    raise :class:`valuelens.ConfigError` (a ``ValueError``) before anything is loaded. See
-    ``docs/langchain.md`` for every field and the bad-input rules.
+    The fields that define the embedding (``recipe``, ``layers``, ``prompt``, ... ``drop_prefix``, and
+    ``preset``) and the load options (``device``, ``dtype``) are those of :class:`valuelens.EncoderConfig`,
+    shared with the other valuelens adapters and listed once in ``docs/fields.md``; they are frozen.
+    ``model`` is loaded once, at construction; invalid settings raise :class:`valuelens.ConfigError`
+    (a ``ValueError``) before anything is loaded. Vectors are unit length (``normalize=True``, the
+    default). See ``docs/langchain.md`` for the other fields and the bad-input rules.
     """
 
     model_config = ConfigDict(

@@ -44,6 +44,7 @@ from valuelens.loading import prune_layers
 from valuelens.presets import BUILTIN_PREFIX
 from valuelens.presets.resolution import check_preset_name, resolve
 from valuelens.prompts import resolve_prompt
+from valuelens_sentence_transformers.precision import default_cast
 from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, ValueTransformer
 
 __all__ = ["ValuePooling"]
@@ -82,7 +83,13 @@ class ValuePooling(Module):
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
     the model is known; the fields passed override it (by key: ``drop_prefix=False`` or
     ``postprocess=None`` too), and a preset's ``drop_prefix`` or fitted state that they invalidate is
-    dropped with a log line (:func:`valuelens.presets.resolution.resolve`).
+    dropped with a log line (:func:`valuelens.presets.resolution.resolve`). Every field, with its
+    default and meaning, is in one table: ``docs/fields.md``.
+
+    Like sentence-transformers' ``Pooling``, it returns the recipe's vectors as they are (not unit
+    length); put a ``Normalize()`` module after it for unit vectors, as sentence-transformers' own models
+    do. The backbone runs in float32 on CPU unless a dtype was asked for
+    (:mod:`valuelens_sentence_transformers.precision`).
     """
 
     config_keys: list[str] = list(FIELDS)  # noqa: RUF012 - sentence-transformers declares it so
@@ -162,6 +169,9 @@ class ValuePooling(Module):
         if not isinstance(first, ValueTransformer):
             first = ValueTransformer.from_transformer(first)
             model[0] = first
+        dtype = default_cast(first)  # valuelens' dtype rule: float32 on CPU unless a dtype was asked for
+        if dtype is not None:
+            model.to(dtype)  # the later modules follow the backbone, as sentence-transformers casts them
         backbone = first.auto_model
         if getattr(backbone.config, "is_encoder_decoder", False):
             msg = f"ValuePooling needs a decoder-only LLM, got the encoder-decoder {type(backbone).__name__}"

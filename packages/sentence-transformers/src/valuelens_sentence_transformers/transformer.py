@@ -30,6 +30,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from valuelens import Encoder
 from valuelens.config import DEFAULT_MAX_LENGTH
 from valuelens.inputs import check_texts
+from valuelens_sentence_transformers.precision import asks_dtype
 
 __all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
 
@@ -52,6 +53,15 @@ class ValueTransformer(Transformer):
 
     _encoder: Encoder | None = None
     _max_length: int | None = None
+    #: whether ``model_kwargs`` named a dtype when this module loaded its backbone; ``None`` when it took
+    #: over a plain ``Transformer``'s (which keeps no record): see :mod:`valuelens_sentence_transformers.precision`
+    dtype_requested: bool | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """As ``Transformer(path, ...)``, recording whether ``model_kwargs`` names a dtype."""
+        requested = asks_dtype(kwargs.get("model_kwargs") or kwargs.get("model_args"))
+        super().__init__(*args, **kwargs)
+        self.dtype_requested = requested
 
     @classmethod
     def from_transformer(cls, transformer: Transformer) -> ValueTransformer:

@@ -48,10 +48,10 @@ class ValueLensEmbedding(BaseEmbedding, EncoderSettings):
         embed_model = ValueLensEmbedding(encoder=valuelens.Encoder.from_pretrained(), normalize=False)
         Settings.embed_model = embed_model
 
-    The settings that define the embedding (``recipe``, ``layers``, ``prompt``, ``embed_filter``,
-    ``embed_filter_offset``, ``max_length``, ``combine``, ``final_norm``) and the load options
-    (``device``, ``dtype``) are the fields of :class:`valuelens.EncoderConfig`, shared with the other
-    valuelens adapters; they are frozen.
+    The fields that define the embedding (``recipe``, ``layers``, ``prompt``, ... ``drop_prefix``, and
+    ``preset``) and the load options (``device``, ``dtype``) are those of :class:`valuelens.EncoderConfig`,
+    shared with the other valuelens adapters and listed once in ``docs/fields.md``; they are frozen.
+    Vectors are unit length (``normalize=True``, the default, as in LlamaIndex's ``HuggingFaceEmbedding``).
 
     ``query_instruction`` / ``text_instruction`` are prepended verbatim (no separator is added) to
     queries / documents *before* the valuelens prompt template is applied, so with
