@@ -32,7 +32,7 @@ from valuelens.embedding_job import (
     read_input,
 )
 from valuelens.errors import ConfigError, ValueLensError
-from valuelens.io import read_vectors
+from valuelens.io import check_output, read_vectors
 
 app = typer.Typer(
     help="Training-free sentence embeddings from decoder LLMs.", no_args_is_help=True, add_completion=False
@@ -181,7 +181,11 @@ def _embed(
 
     from valuelens import Encoder
 
+    check_output(output)  # a bad output fails before any text is read or embedded
     records = read_input(input_path, field=field, id_field=id_field, on_error=on_error, note=_note)
+    if not records.texts:
+        msg = f"{input_path} holds no texts to embed (field {field!r}): nothing written"
+        raise ValueLensError(msg)
     job = EmbedJob(input_path, output, chunk_size=chunk_size, resume=resume, note=_note)
     job.check_input(field=field, id_field=id_field)  # before the model loads
     encoder = Encoder.from_pretrained(
@@ -341,7 +345,7 @@ def embed(
     except JobInterrupted as exc:
         typer.secho(f"interrupted: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=128 + exc.signum) from exc
-    except (ValueLensError, ValueError, TypeError) as exc:
+    except (ValueLensError, ValueError, TypeError, OSError) as exc:
         raise _fail(exc) from exc
 
 
@@ -362,7 +366,9 @@ def _search(embeddings: Path, queries: list[str], k: int, device: str | None = N
 
 @app.command()
 def search(
-    embeddings: Annotated[Path, typer.Argument(help="A .parquet written by `valuelens embed`.")],
+    embeddings: Annotated[
+        Path, typer.Argument(help="A .parquet (or .npy: hits shown by id) written by `valuelens embed`.")
+    ],
     queries: Annotated[list[str], typer.Argument(help="One or more queries.")],
     k: Annotated[int, typer.Option("-k", min=1, help="Hits per query.")] = 3,
     device: DeviceOpt = None,

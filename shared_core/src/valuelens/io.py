@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -28,9 +29,11 @@ import numpy as np
 from valuelens.errors import ConfigError, ValueLensError
 
 __all__ = [
+    "OUTPUT_SUFFIXES",
     "BadLine",
     "InputFileError",
     "Records",
+    "check_output",
     "read_records",
     "read_texts",
     "read_vectors",
@@ -41,6 +44,8 @@ __all__ = [
 ]
 
 _REPORT_SUFFIXES = frozenset({".md", ".json", ".png"})
+#: The vector files :func:`write_vectors` writes (and :func:`read_vectors` reads back).
+OUTPUT_SUFFIXES = (".npy", ".parquet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,8 +276,7 @@ def write_vectors(
         with replace_atomically(path) as tmp:
             pq.write_table(table, tmp)
     else:
-        msg = f"unsupported output {path.suffix!r}: use .npy or .parquet"
-        raise ValueLensError(msg)
+        check_output(path)  # raises, naming the suffixes
 
 
 @functools.cache
@@ -307,18 +311,91 @@ def replace_atomically(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def check_output(path: Path) -> None:
+    """Check, before any work, that :func:`write_vectors` can write ``path``: a known suffix, not a
+    folder, and the nearest existing folder above it writable. Raises :class:`ValueLensError` naming what
+    is wrong.
+
+    Usage: ``check_output(Path("out/vectors.parquet"))``
+    """
+    if path.suffix.lower() not in OUTPUT_SUFFIXES:
+        msg = f"unsupported output {path.suffix or path.name!r}: use {' or '.join(OUTPUT_SUFFIXES)}"
+        raise ValueLensError(msg)
+    if path.is_dir():
+        msg = f"output {str(path)!r} is a folder: name a file ending in {' or '.join(OUTPUT_SUFFIXES)}"
+        raise ValueLensError(msg)
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(folder)
+        with tempfile.TemporaryFile(dir=folder):  # a real write: permission bits lie to root and on /proc
+            pass
+    except OSError as exc:
+        msg = f"cannot write {str(path)!r}: {str(folder)!r} is not a writable folder ({exc.strerror or exc})"
+        raise ValueLensError(msg) from None
+
+
 def read_vectors(path: Path) -> tuple[np.ndarray, list[str], list[str], dict[str, Any]]:
-    """Read a .parquet written by :func:`write_vectors`: vectors, ids, texts, settings.
+    """Read what :func:`write_vectors` wrote: vectors, ids, texts, settings. A .npy has no texts (its .json
+    sidecar holds the ids and settings): its texts are the ids.
 
     Usage: ``vectors, ids, texts, settings = read_vectors(Path("v.parquet"))``
     """
+    if not path.is_file():
+        msg = f"no such file: {str(path)!r} (write one with `valuelens embed INPUT -o {path.name}`)"
+        raise ValueLensError(msg)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        vectors, ids, settings = _read_npy(path)
+        texts = [str(i) for i in ids]
+    elif suffix == ".parquet":
+        vectors, ids, texts, settings = _read_parquet(path)
+    else:
+        msg = (
+            f"{str(path)!r} is not a vector file of `valuelens embed`: use its {' or '.join(OUTPUT_SUFFIXES)}"
+        )
+        raise ValueLensError(msg)
+    if len(vectors) == 0:
+        msg = f"{str(path)!r} holds no vectors (its input had no texts)"
+        raise ValueLensError(msg)
+    return vectors, ids, texts, settings
+
+
+def _read_npy(path: Path) -> tuple[np.ndarray, list[Any], dict[str, Any]]:
+    sidecar = path.with_suffix(".json")
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        settings, ids = meta["valuelens"], list(meta["ids"])
+        vectors = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        msg = (
+            f"{str(path)!r} needs the {sidecar.name} that `valuelens embed` writes beside it (ids and settings), "
+            f"and both as written: {exc}"
+        )
+        raise ValueLensError(msg) from None
+    if vectors.ndim != 2 or len(vectors) != len(ids):
+        msg = f"{str(path)!r} holds {vectors.shape} vectors for {len(ids)} ids in {sidecar.name}: not as written"
+        raise ValueLensError(msg)
+    return np.asarray(vectors, dtype=np.float32), ids, settings
+
+
+def _read_parquet(path: Path) -> tuple[np.ndarray, list[Any], list[str], dict[str, Any]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        msg = f"cannot read {str(path)!r} as parquet: {exc}"
+        raise ValueLensError(msg) from None
     meta = (table.schema.metadata or {}).get(b"valuelens")
     if meta is None or "vector" not in table.column_names:
         msg = f"{path} was not written by `valuelens embed` (no vector column / settings metadata)"
         raise ValueLensError(msg)
+    if table.num_rows == 0:
+        return np.zeros((0, 0), dtype=np.float32), [], [], json.loads(meta)
     vectors = np.asarray(table.column("vector").combine_chunks().flatten(), dtype=np.float32).reshape(
         table.num_rows, -1
     )
