@@ -304,7 +304,7 @@ class Readout:
             )
             raise ConfigError(msg)
         project_out = recipe.project_out
-        if config.drop_prefix and recipe.name in ("wva", "aligned-wva"):
+        if config.drop_prefix and recipe.reads_last_heads:
             # the last token's heads recomputed from its attention without the prompt's head
             if config.contrast_layer is not None and config.contrast_layer in config.layers:
                 msg = (
@@ -313,7 +313,7 @@ class Readout:
                 )
                 raise ConfigError(msg)
             plan = CapturePlan(signal="value", pool="last_heads", layers=config.layers, drop_prefix=True)
-            project_out = recipe.name == "aligned-wva"
+            project_out = recipe.signal == "attn_out"  # aligned-wva: the recomputed heads through W_O
         else:
             plan = CapturePlan(
                 signal=recipe.signal,

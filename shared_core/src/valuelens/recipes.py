@@ -44,8 +44,6 @@ RecipeName = Literal[
 
 #: Signals delivered by the attention function (the others come from module hooks).
 ATTENTION_SIGNALS: frozenset[str] = frozenset({"value", "query", "key"})
-#: Recipes that read the last token's attention (what ``EncoderConfig.drop_prefix`` changes).
-LAST_ATTENTION_RECIPES: frozenset[str] = frozenset({"wva", "aligned-wva", "wva-lt"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +63,17 @@ class Recipe:
     def residual(self) -> bool:
         """True when the embedding lives in the residual stream (so EmbedFilter applies)."""
         return self.space == "residual"
+
+    @property
+    def reads_last_heads(self) -> bool:
+        """True when the recipe reads the last token's attention heads (``wva``: their outputs z,
+        ``aligned-wva``: z through W_O): ``drop_prefix`` recomputes them from its attention (``last_heads``)."""
+        return self.pool == "last" and self.signal in ("head", "attn_out")
+
+    @property
+    def reads_last_attention(self) -> bool:
+        """True when the recipe depends on the last token's attention (what ``drop_prefix`` changes)."""
+        return self.pool == "last_attention" or self.reads_last_heads
 
 
 _VA_PAPER = "Value Aggregation paper"
@@ -173,6 +182,10 @@ RECIPES: dict[str, Recipe] = {
         ),
     )
 }
+
+
+#: Recipes that read the last token's attention (what ``EncoderConfig.drop_prefix`` changes).
+LAST_ATTENTION_RECIPES: frozenset[str] = frozenset(r.name for r in RECIPES.values() if r.reads_last_attention)
 
 
 def get_recipe(name: str | Recipe) -> Recipe:

@@ -36,7 +36,7 @@ from valuelens.errors import ConfigError
 from valuelens.loading import load_config
 from valuelens.postprocess import load_postprocess
 from valuelens.presets.table import GENERIC, PRESET_NAMES, PRESETS, ModelKey
-from valuelens.recipes import LAST_ATTENTION_RECIPES, get_recipe
+from valuelens.recipes import get_recipe
 
 __all__ = ["check_preset_name", "model_key_of", "preset_config", "preset_fields", "preset_for", "resolve"]
 
@@ -158,12 +158,12 @@ def resolve(preset: str | None, model: ModelRef, overrides: Mapping[str, Any] | 
 
 def _drop_prefix_conflict(fields: Mapping[str, Any], key: ModelKey) -> str | None:
     """Why ``drop_prefix=True`` cannot go with the other ``fields``, or ``None`` when it can."""
-    recipe = get_recipe(fields.get("recipe", "va")).name
-    if recipe not in LAST_ATTENTION_RECIPES:
-        return f"recipe={recipe!r} does not read the last token's attention"
+    recipe = get_recipe(fields.get("recipe", "va"))
+    if not recipe.reads_last_attention:
+        return f"recipe={recipe.name!r} does not read the last token's attention"
     if fields.get("contrast_layer") is not None:
         config = EncoderConfig.from_dict({**fields, "drop_prefix": False}).resolved(*key)
-        if config.contrast_layer in config.layers and recipe in ("wva", "aligned-wva"):  # type: ignore[operator]
+        if config.contrast_layer in config.layers and recipe.reads_last_heads:  # type: ignore[operator]
             return f"Contrastive Prompting edits layer {config.contrast_layer}, which it would recompute"
     return None
 
