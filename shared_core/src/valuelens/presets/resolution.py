@@ -19,7 +19,7 @@ The rule (docs/recipes.md, "Presets"):
    ``postprocess`` the caller passed is never dropped (a state fitted for another spec then fails
    here, before the model loads, naming the fix).
 3. A model without a tuned entry gets :data:`~valuelens.presets.GENERIC`, with one log line per model
-   and process naming the command that tunes one.
+   and process pointing at how the bundled presets were tuned (a `valuelens tune` command is planned).
 """
 
 from __future__ import annotations
@@ -74,12 +74,11 @@ def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict
             _FALLBACK_LOGGED.add(key)
             spec = ", ".join(f"{k}={v!r}" for k, v in GENERIC.items())
             logger.warning(
-                "preset %r: no tuned entry for %s, using the generic spec (%s); tune one with "
-                "`valuelens tune %s -o DIR`",
+                "preset %r: no tuned entry for %s, using the generic spec (%s); how the bundled "
+                "models' presets were tuned (STS-B dev): docs/presets/README.md",
                 name,
                 _describe(key, label),
                 spec,
-                label or "MODEL",
             )
     return dict(fields)
 
