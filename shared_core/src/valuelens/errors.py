@@ -28,6 +28,13 @@ class DataNotFoundError(ValueLensError, FileNotFoundError):
     """A benchmark set is in none of the data folders searched (the message names them and the fix)."""
 
 
+class HubUnreachableError(ValueLensError, OSError):
+    """A hub id cannot load: the hub does not answer (or ``HF_HUB_OFFLINE=1``) and it is not cached.
+
+    Still an ``OSError``, as transformers' own loading error is; the message names the bundled models,
+    local folders and ``HF_HUB_OFFLINE=1``."""
+
+
 class ModelProvisioningError(ValueLensError, RuntimeError):
     """A bundled model could not be downloaded, checked or converted (the message names the fix)."""
 

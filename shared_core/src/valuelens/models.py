@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 from tqdm.auto import tqdm
 
+from valuelens import hub
 from valuelens.errors import ModelProvisioningError
 
 try:  # POSIX only; elsewhere concurrent conversions are not serialised
@@ -251,8 +252,10 @@ def path(name_or_path: str | os.PathLike[str] | None = None, *, progress: bool =
     Usage: ``AutoModel.from_pretrained(models.path("smollm2-135m"))``
 
     ``None`` is the default model; a registered name (or alias) becomes its cached folder (converted
-    on first use); an existing directory and a hub id (``"org/name"``) are returned unchanged.
-    Anything else raises ``ValueError`` listing the registered names.
+    on first use); an existing directory is returned unchanged, and so is a hub id (``"org/name"``)
+    once the hub answers or the model is cached (else :class:`~valuelens.errors.HubUnreachableError`
+    within seconds, :func:`valuelens.hub.check`). Anything else raises ``ValueError`` listing the
+    registered names.
     """
     if name_or_path is None:
         name_or_path = DEFAULT_MODEL
@@ -268,6 +271,7 @@ def path(name_or_path: str | os.PathLike[str] | None = None, *, progress: bool =
     if expanded != ref and Path(expanded).is_dir():
         return expanded
     if _HUB_ID.match(ref):
+        hub.check(ref, available())  # seconds, not transformers' retries, when the hub is unreachable
         return ref
     msg = (
         f"{ref!r} is neither a registered model ({', '.join(available())}), an existing directory, "
