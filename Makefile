@@ -1,6 +1,7 @@
 # valuelens: two commands do everything on a fresh machine.
 #   make demo   set up .venv, provision the embedded default model, embed a sample and search it
 #   make test   set up .venv and run the whole test suite
+#   make test-fast   the inner loop: every test but the slow ones (real pretrained models), a few minutes
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +13,7 @@ TORCH ?= torch==2.13.0
 PACKAGES := $(wildcard packages/*/pyproject.toml)
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install demo test lint dist clean
+.PHONY: install demo test test-fast lint dist clean
 
 install: $(STAMP)
 
@@ -31,6 +32,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: install
 	$(BIN)/ruff check shared_core packages tests tools bench

@@ -290,7 +290,7 @@ def _bare_run(
     ctx: Context, model: Any, *, reduce: Callable[[Any, torch.Tensor], Any] | None = None, **extra: Any
 ) -> Callable[[Sequence[str]], None]:
     """Tokenize, sort by length, batch as the Encoder does, and run ``model`` with no hooks."""
-    from valuelens.encoder import plan_batches
+    from valuelens.batching import plan_batches
     from valuelens.tokenization import collate, tokenize
 
     tok = ctx.tokenizer()

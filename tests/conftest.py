@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny_models import ARCHITECTURES, build_tiny_model, build_tokenizer
+from tiny_models import ARCHITECTURES, build_tiny_model, build_tokenizer, save_tiny_model
 from valuelens.errors import DataNotFoundError
 from valuelens.evaluation.tasks import DATA_DIR_ENV, default_data_dir
 
@@ -67,3 +67,11 @@ def tiny_model(arch, tiny_tokenizer_session):
 @pytest.fixture
 def tiny_llama(tiny_tokenizer_session):
     return build_tiny_model("llama", len(tiny_tokenizer_session))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> str:
+    """A tiny random Llama and the tiny tokenizer saved once per session as a Hugging Face folder.
+
+    Shared by every test that loads a checkpoint from disk: read it (or copy it), never write into it."""
+    return str(save_tiny_model(tmp_path_factory.mktemp("tiny-checkpoint")))

@@ -77,3 +77,19 @@ def test_printed_outputs_match_the_page(page, tmp_path):
         for line in tool.differences(snippet.output, out)
     ]
     assert not problems, "\n".join(problems) + "\n(python tools/docs_outputs.py --write)"
+
+
+def test_the_architecture_table_lists_every_core_module():
+    """docs/architecture.md has a row for every module and subpackage of shared_core/src/valuelens."""
+    core = ROOT / "shared_core" / "src" / "valuelens"
+    table = {
+        cell
+        for line in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| ")
+        for cell in re.findall(r"`([\w./]+)`", line.split("|")[2])
+    }
+    modules = {p.name for p in core.glob("*.py")} | {
+        f"{p.name}/" for p in core.iterdir() if p.is_dir() and p.name != "__pycache__"
+    }
+    assert modules - table == set(), "modules missing from docs/architecture.md's table"
+    assert table - modules == set(), "rows of docs/architecture.md's table name no module"

@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, build_tiny_model, save_tiny_model
+from tiny_models import CORPUS, build_tiny_model
 from valuelens import Encoder
 from valuelens.analysis import (
     delta_pi,
@@ -36,22 +36,18 @@ TEXTS = CORPUS[:4]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny Llama folder with an untied LM head (so W_U comes from the checkpoint, not the backbone)."""
-    return str(save_tiny_model(tmp_path_factory.mktemp("analysis-model")))
-
-
-@pytest.fixture(scope="module")
-def lm_head(model_dir):
+def lm_head(tiny_checkpoint):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, dtype=torch.float32)
     return model.lm_head.weight.detach().clone(), model.model.norm.weight.detach().clone(), model.config
 
 
 @pytest.fixture(scope="module")
-def probe(model_dir):
-    return Encoder.from_pretrained(model_dir, recipe="hs", layers="all", truncate_layers=False, device="cpu")
+def probe(tiny_checkpoint):
+    return Encoder.from_pretrained(
+        tiny_checkpoint, recipe="hs", layers="all", truncate_layers=False, device="cpu"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +68,9 @@ def _band_projector(w_u: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------- lens
-def test_lens_matches_rmsnorm_and_unembedding_by_hand(model_dir, lm_head):
+def test_lens_matches_rmsnorm_and_unembedding_by_hand(tiny_checkpoint, lm_head):
     w_u, gain, config = lm_head
-    enc = Encoder.from_pretrained(model_dir, recipe="hs", layers="last", device="cpu")
+    enc = Encoder.from_pretrained(tiny_checkpoint, recipe="hs", layers="last", device="cpu")
     result = logit_lens(enc, TEXTS, tau=2, k=5)  # W_U read from the checkpoint (untied head)
     x = torch.as_tensor(enc.encode(TEXTS), dtype=torch.float64)
     z = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps) * gain.double()
@@ -278,9 +274,9 @@ def _written(stem):
     return json.loads(stem.with_name(stem.name + ".json").read_text())
 
 
-def test_cli_lens(model_dir, corpus_file, tmp_path):
+def test_cli_lens(tiny_checkpoint, corpus_file, tmp_path):
     stem = tmp_path / "lens"
-    args = ["lens", *TEXTS[:2], "--model", model_dir, "--recipe", "hs", "--layers", "last", "-k", "4"]
+    args = ["lens", *TEXTS[:2], "--model", tiny_checkpoint, "--recipe", "hs", "--layers", "last", "-k", "4"]
     result = runner.invoke(
         app, [*args, "--corpus", str(corpus_file), "--n-frequent", "20", "--out", str(stem)]
     )
@@ -290,14 +286,14 @@ def test_cli_lens(model_dir, corpus_file, tmp_path):
     assert data["texts"][0]["text"] == TEXTS[0] and len(data["texts"][0]["after"]) == 4
     assert "top-4 before EmbedFilter" in result.output
     bad = runner.invoke(
-        app, ["lens", "x", "--model", model_dir, "--recipe", "va", "--corpus", str(corpus_file)]
+        app, ["lens", "x", "--model", tiny_checkpoint, "--recipe", "va", "--corpus", str(corpus_file)]
     )
     assert bad.exit_code == 2 and "residual-stream" in bad.output
 
 
-def test_cli_spectrum(model_dir, corpus_file, tmp_path):
+def test_cli_spectrum(tiny_checkpoint, corpus_file, tmp_path):
     stem = tmp_path / "spectrum"
-    args = ["spectrum", "--model", model_dir, "--corpus", str(corpus_file), "--top", "20", "--tau", "4"]
+    args = ["spectrum", "--model", tiny_checkpoint, "--corpus", str(corpus_file), "--top", "20", "--tau", "4"]
     result = runner.invoke(app, [*args, "--out", str(stem)])
     assert result.exit_code == 0, result.output
     data = _written(stem)
@@ -306,9 +302,9 @@ def test_cli_spectrum(model_dir, corpus_file, tmp_path):
     assert "Both edges carry frequent tokens" in result.output
 
 
-def test_cli_segments(model_dir, corpus_file, tmp_path):
+def test_cli_segments(tiny_checkpoint, corpus_file, tmp_path):
     stem = tmp_path / "segments"
-    args = ["segments", str(corpus_file), "--model", model_dir, "--limit", "10", "--min-tokens", "4"]
+    args = ["segments", str(corpus_file), "--model", tiny_checkpoint, "--limit", "10", "--min-tokens", "4"]
     result = runner.invoke(app, [*args, "--layers", "all", "--out", str(stem)])
     assert result.exit_code == 0, result.output
     data = _written(stem)
@@ -318,7 +314,7 @@ def test_cli_segments(model_dir, corpus_file, tmp_path):
     )
 
 
-def test_cli_sweep_propose(model_dir, tmp_path):
+def test_cli_sweep_propose(tiny_checkpoint, tmp_path):
     task = tmp_path / "tiny-sts"
     task.mkdir()
     rows = [
@@ -327,11 +323,21 @@ def test_cli_sweep_propose(model_dir, tmp_path):
     ]
     (task / "dev.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     stem = tmp_path / "sweep"
-    args = ["sweep", str(task), "--model", model_dir, "--min-width", "2", "--propose", "--out", str(stem)]
+    args = [
+        "sweep",
+        str(task),
+        "--model",
+        tiny_checkpoint,
+        "--min-width",
+        "2",
+        "--propose",
+        "--out",
+        str(stem),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "sweep.json").read_text())
     a, b = data["best_band"]
     assert data["proposed_layers"] == f"{a}-{b}" and data["model_key"] == ["llama", 4, 64]
-    assert f"proposed layers for {model_dir} (va): {a}-{b}" in result.output
+    assert f"proposed layers for {tiny_checkpoint} (va): {a}-{b}" in result.output
     assert f"tuple(range({a}, {b + 1}))" in (tmp_path / "sweep.md").read_text()

@@ -16,7 +16,7 @@ from bench import __main__ as bench_main
 from bench.memory_7b import keep_sessions, retained_tensors
 from bench.suite import ROWS, Context, Settings, measure_row, run_suite, select_rows, to_markdown
 
-from tiny_models import CORPUS, build_tiny_model, save_tiny_model
+from tiny_models import CORPUS, build_tiny_model
 from valuelens import Encoder
 
 ROW_FIELDS = {
@@ -37,18 +37,13 @@ ROW_FIELDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("bench") / "tiny")
-
-
 def _settings(path, **kwargs) -> Settings:
     return Settings(model=str(path), texts=6, max_length=48, batch_size=4, threads=1, **kwargs)
 
 
-def test_suite_end_to_end(tiny_dir, tmp_path, capsys):
+def test_suite_end_to_end(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    args = ["--model", str(tiny_dir), "--texts", "6", "--max-length", "48", "--batch-size", "4"]
+    args = ["--model", str(tiny_checkpoint), "--texts", "6", "--max-length", "48", "--batch-size", "4"]
     args += ["--threads", "1", "--rows", "va,prompteol-ef,ef-fit", "--in-process", "--json", str(out)]
     report = bench_main.main(args)
     printed = capsys.readouterr().out
@@ -85,9 +80,9 @@ def test_suite_end_to_end(tiny_dir, tmp_path, capsys):
     assert "| EmbedFilter τ=2 |" in printed and "| target |" in printed
 
 
-def test_resume_keeps_the_rows_of_an_interrupted_run(tiny_dir, tmp_path, capsys):
+def test_resume_keeps_the_rows_of_an_interrupted_run(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    common = ["--model", str(tiny_dir), "--texts", "6", "--max-length", "48", "--batch-size", "4"]
+    common = ["--model", str(tiny_checkpoint), "--texts", "6", "--max-length", "48", "--batch-size", "4"]
     common += ["--threads", "1", "--in-process", "--json", str(out)]
     bench_main.main([*common, "--rows", "va"])
     first = {r["key"]: r for r in json.loads(out.read_text(encoding="utf-8"))["rows"]}
@@ -103,8 +98,8 @@ def test_resume_keeps_the_rows_of_an_interrupted_run(tiny_dir, tmp_path, capsys)
         bench_main.main([*common[:5], "5", *common[6:], "--rows", "va", "--resume"])
 
 
-def test_fresh_process_row(tiny_dir):
-    report = run_suite(_settings(tiny_dir), ["bare-truncated"], in_process=False)
+def test_fresh_process_row(tiny_checkpoint):
+    report = run_suite(_settings(tiny_checkpoint), ["bare-truncated"], in_process=False)
     (row,) = report["rows"]
     assert row["status"] == "ok", row
     assert row["peak_source"].startswith("VmHWM") or row["peak_source"].startswith("ru_maxrss")
@@ -132,11 +127,11 @@ def test_row_selection():
         select_rows("nope")
 
 
-def test_missing_host_framework_is_skipped(tiny_dir, monkeypatch):
+def test_missing_host_framework_is_skipped(tiny_checkpoint, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "langchain_valuelens", None)  # import fails as if not installed
-    row = measure_row(Context(_settings(tiny_dir), shared=True), "langchain-va")
+    row = measure_row(Context(_settings(tiny_checkpoint), shared=True), "langchain-va")
     assert row["status"] == "skipped" and "langchain_valuelens is not importable" in row["note"]
 
 

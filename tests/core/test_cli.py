@@ -10,20 +10,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, build_tiny_model, save_tiny_model, tune_tiny_preset
+from tiny_models import CORPUS, build_tiny_model, tune_tiny_preset
 from valuelens import EmbedFilter, Encoder, EncoderConfig
+from valuelens.batching import SharedEncoding
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
 from valuelens.io import read_texts, read_vectors, report_path
-from valuelens.shared import SharedEncoding
 from valuelens.variants import parse_variant, parse_variants
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny_model(tmp_path_factory.mktemp("cli-model")))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +51,7 @@ def _approx(value):
 
 
 @pytest.mark.parametrize("suffix", [".txt", ".jsonl", ".csv", ".parquet"])
-def test_embed_every_input_format(model_dir, tmp_path, suffix):
+def test_embed_every_input_format(tiny_checkpoint, tmp_path, suffix):
     source = tmp_path / f"in{suffix}"
     if suffix == ".txt":
         source.write_text("\n".join(CORPUS[:4]) + "\n\n")
@@ -79,7 +74,7 @@ def test_embed_every_input_format(model_dir, tmp_path, suffix):
         "-o",
         str(out),
         "--model",
-        model_dir,
+        tiny_checkpoint,
         "--recipe",
         "va",
         "--layers",
@@ -91,15 +86,17 @@ def test_embed_every_input_format(model_dir, tmp_path, suffix):
     assert texts == CORPUS[:4] and vectors.shape == (4, 32)
     assert ids == (["0", "1", "2", "3"] if suffix == ".txt" else ["k0", "k1", "k2", "k3"])
     assert settings["recipe"] == "va" and settings["dimension"] == 32
-    want = Encoder.from_pretrained(model_dir, recipe="va", layers="all").encode(CORPUS[:4], normalize=True)
+    want = Encoder.from_pretrained(tiny_checkpoint, recipe="va", layers="all").encode(
+        CORPUS[:4], normalize=True
+    )
     np.testing.assert_allclose(vectors, want, atol=1e-5)
 
 
-def test_embed_npy_and_search(model_dir, tmp_path):
+def test_embed_npy_and_search(tiny_checkpoint, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(CORPUS))
     npy = tmp_path / "v.npy"
-    assert _invoke("embed", str(source), "-o", str(npy), "--model", model_dir).exit_code == 0
+    assert _invoke("embed", str(source), "-o", str(npy), "--model", tiny_checkpoint).exit_code == 0
     assert np.load(npy).shape == (len(CORPUS), 32) and json.loads(npy.with_suffix(".json").read_text())[
         "ids"
     ] == list(range(len(CORPUS)))
@@ -111,7 +108,7 @@ def test_embed_npy_and_search(model_dir, tmp_path):
             "-o",
             str(pq_out),
             "--model",
-            model_dir,
+            tiny_checkpoint,
             "--prompt",
             "prompteol",
             "--recipe",
@@ -138,25 +135,25 @@ def test_embed_npy_and_search(model_dir, tmp_path):
         (["eval", "stsb:0"], "must be at least 1"),
     ],
 )
-def test_errors_are_clear(model_dir, tmp_path, args, message):
+def test_errors_are_clear(tiny_checkpoint, tmp_path, args, message):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_text('{"text": "hi"}\n')
     args = [a.format(src=src, jsonl=jsonl) for a in args]
     args = [a if a != "x.npy" and a != "x.csv" else str(tmp_path / a) for a in args]
-    result = _invoke(*args, "--model", model_dir)
+    result = _invoke(*args, "--model", tiny_checkpoint)
     assert result.exit_code == 2
     assert message in result.output
 
 
-def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
+def test_eval_compares_recipes_and_writes_reports(tiny_checkpoint, sts_dir, tmp_path):
     out = tmp_path / "model2.5-0.5b-report"  # dots in a stem (model names have them) are not a suffix
     result = _invoke(
         "eval",
         str(sts_dir),
         "--model",
-        model_dir,
+        tiny_checkpoint,
         "--recipes",
         "hs,va@all,prompteol+ef2,prompteol+trunc2",
         "--out",
@@ -173,25 +170,25 @@ def test_eval_compares_recipes_and_writes_reports(model_dir, sts_dir, tmp_path):
     score = data["results"]["va@all"][0]["main_score"]
     from valuelens.evaluation import evaluate
 
-    direct = evaluate(Encoder.from_pretrained(model_dir, recipe="va", layers="all"), sts_dir)
+    direct = evaluate(Encoder.from_pretrained(tiny_checkpoint, recipe="va", layers="all"), sts_dir)
     assert score == pytest.approx(direct.main_score, abs=1e-6)  # shared passes vs one encoder
 
 
-def test_eval_of_a_set_missing_from_the_data_folder_fails_in_one_line(model_dir, tmp_path, monkeypatch):
+def test_eval_of_a_set_missing_from_the_data_folder_fails_in_one_line(tiny_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("VALUELENS_DATA_DIR", str(tmp_path / "empty"))
-    result = _invoke("eval", "stsb", "--model", model_dir, "--recipes", "va")
+    result = _invoke("eval", "stsb", "--model", tiny_checkpoint, "--recipes", "va")
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
     assert "'stsb' not found" in line and "VALUELENS_DATA_DIR" in line and str(tmp_path / "empty") in line
 
 
-def test_eval_task_limits(model_dir, sts_dir, tmp_path):
+def test_eval_task_limits(tiny_checkpoint, sts_dir, tmp_path):
     out = tmp_path / "limited"
     result = _invoke(
         "eval",
         f"{sts_dir}:3",
         "--model",
-        model_dir,
+        tiny_checkpoint,
         "--recipes",
         "va",
         "--out",
@@ -204,7 +201,7 @@ def test_eval_task_limits(model_dir, sts_dir, tmp_path):
     assert row["n_examples"] == 3 and row["limit"] == 3 and row["subsampled"]
 
 
-def test_reports_of_task_pieces_join_to_the_joint_report(model_dir, sts_dir, tmp_path):
+def test_reports_of_task_pieces_join_to_the_joint_report(tiny_checkpoint, sts_dir, tmp_path):
     """bench/merge_reports.py: tasks run apart and joined score as one run of all of them (to float
     rounding: the joint run encodes the second task's texts in other batches)."""
     import importlib.util
@@ -212,7 +209,7 @@ def test_reports_of_task_pieces_join_to_the_joint_report(model_dir, sts_dir, tmp
 
     other = tmp_path / "tiny-sts-b"
     shutil.copytree(sts_dir, other)
-    common = ["--model", model_dir, "--recipes", "va,prompteol+ef2", "--time-sample", "0"]
+    common = ["--model", tiny_checkpoint, "--recipes", "va,prompteol+ef2", "--time-sample", "0"]
     tasks = [f"{sts_dir}:5", str(other)]
     for name, args in (("joint", tasks), ("a", tasks[:1]), ("b", tasks[1:])):
         result = _invoke("eval", *args, *common, "--out", str(tmp_path / name))
@@ -241,13 +238,13 @@ def test_reports_of_task_pieces_join_to_the_joint_report(model_dir, sts_dir, tmp
         assert untimed(rows) == _approx(untimed(joined["results"][label]))
 
 
-def test_sweep_writes_curve_table_and_plot(model_dir, sts_dir, tmp_path):
+def test_sweep_writes_curve_table_and_plot(tiny_checkpoint, sts_dir, tmp_path):
     out = tmp_path / "sweep.md"  # a report extension on the stem is not doubled
     result = _invoke(
         "sweep",
         str(sts_dir),
         "--model",
-        model_dir,
+        tiny_checkpoint,
         "--recipe",
         "va,hs",
         "--split",
@@ -366,13 +363,13 @@ def test_ablation_filters_pick_coordinates():
     assert len(set(cols.tolist())) == 3
 
 
-def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
+def test_embed_with_a_preset_or_a_config_file(tiny_checkpoint, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(CORPUS))
     out = tmp_path / "best.npy"
-    result = _invoke("embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best")
+    result = _invoke("embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--preset", "best")
     assert result.exit_code == 0, result.output
-    reference = Encoder.from_pretrained(model_dir, preset="best")
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset="best")
     np.testing.assert_allclose(np.load(out), reference.encode(CORPUS, normalize=True), atol=1e-5)
     spec = {
         "recipe": "last-token",
@@ -384,9 +381,11 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
     spec_file = tmp_path / "recipe-spec.json"
     spec_file.write_text(json.dumps(spec))
     out = tmp_path / "spec.parquet"
-    result = _invoke("embed", str(source), "-o", str(out), "--model", model_dir, "--config", str(spec_file))
+    result = _invoke(
+        "embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--config", str(spec_file)
+    )
     assert result.exit_code == 0, result.output
-    reference = Encoder.from_pretrained(model_dir, **spec)
+    reference = Encoder.from_pretrained(tiny_checkpoint, **spec)
     np.testing.assert_allclose(read_vectors(out)[0], reference.encode(CORPUS, normalize=True), atol=1e-5)
     # search embeds its queries with the whole stored spec (Token Prepending and Contrastive Prompting too)
     found = _invoke("search", str(out), CORPUS[3], "-k", "1")
@@ -399,7 +398,7 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
         "-o",
         str(out),
         "--model",
-        model_dir,
+        tiny_checkpoint,
         "--preset",
         "best",
         "--config",
@@ -410,8 +409,10 @@ def test_embed_with_a_preset_or_a_config_file(model_dir, tmp_path):
     assert parse_variant("best").preset == "best"
 
 
-def test_embed_options_win_over_a_preset_even_none_and_defaults(model_dir, tmp_path, monkeypatch, caplog):
-    entry = tune_tiny_preset(monkeypatch, model_dir, tmp_path)
+def test_embed_options_win_over_a_preset_even_none_and_defaults(
+    tiny_checkpoint, tmp_path, monkeypatch, caplog
+):
+    entry = tune_tiny_preset(monkeypatch, tiny_checkpoint, tmp_path)
     source = tmp_path / "in.txt"
     source.write_text("\n".join(CORPUS))
     out = tmp_path / "out.parquet"
@@ -419,7 +420,7 @@ def test_embed_options_win_over_a_preset_even_none_and_defaults(model_dir, tmp_p
 
     def spec(*options: str) -> dict:
         result = _invoke(
-            "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best", *options
+            "embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--preset", "best", *options
         )
         assert result.exit_code == 0, result.output
         settings = read_vectors(out)[3]
@@ -440,16 +441,16 @@ def test_embed_options_win_over_a_preset_even_none_and_defaults(model_dir, tmp_p
     assert settings["recipe"] == "va" and not settings["drop_prefix"] and settings["postprocess"] is None
     assert "dropped drop_prefix=True (recipe='va'" in caplog.text
     refused = _invoke(
-        "embed", str(source), "-o", str(out), "--model", model_dir, "--preset", "best",
+        "embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--preset", "best",
         "--prompt", "prompteol", "--postprocess", entry["postprocess"],
     )  # fmt: skip
     assert refused.exit_code == 2 and "Pass postprocess=None" in refused.output and not out.exists()
 
 
-def test_demo_embeds_with_the_best_preset_and_searches(model_dir, tmp_path):
-    result = _invoke("demo", "--model", model_dir, "--out-dir", str(tmp_path))
+def test_demo_embeds_with_the_best_preset_and_searches(tiny_checkpoint, tmp_path):
+    result = _invoke("demo", "--model", tiny_checkpoint, "--out-dir", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "--preset best" in result.output
     vectors = read_vectors(tmp_path / "sentences.parquet")
-    reference = Encoder.from_pretrained(model_dir, preset="best")
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset="best")
     assert vectors[0].shape[1] == reference.dimension and len(vectors[2]) == len(vectors[0])

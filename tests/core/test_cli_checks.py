@@ -13,18 +13,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, save_tiny_model
+from tiny_models import CORPUS
 from valuelens import Encoder
 from valuelens.cli import app
 from valuelens.errors import ValueLensError
 from valuelens.io import check_output, read_vectors
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny_model(tmp_path_factory.mktemp("cli-checks-model")))
 
 
 @pytest.fixture
@@ -85,11 +80,13 @@ def test_search_of_a_missing_or_foreign_file_is_one_line(tmp_path, no_model_load
     _one_line_error(runner.invoke(app, ["search", str(lonely), "q"]), "lonely.json")
 
 
-def test_search_reads_the_npy_that_embed_writes(model_dir, tmp_path):
+def test_search_reads_the_npy_that_embed_writes(tiny_checkpoint, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(CORPUS))
     npy = tmp_path / "v.npy"
-    assert runner.invoke(app, ["embed", str(source), "-o", str(npy), "--model", model_dir]).exit_code == 0
+    assert (
+        runner.invoke(app, ["embed", str(source), "-o", str(npy), "--model", tiny_checkpoint]).exit_code == 0
+    )
     vectors, ids, texts, _ = read_vectors(npy)
     assert (
         vectors.shape == (len(CORPUS), 32)

@@ -10,6 +10,7 @@ from tiny_models import CORPUS, build_tiny_model
 from valuelens import EmbedFilter, Encoder
 from valuelens.embed_filter import band, load_unembedding, right_singular_vectors
 from valuelens.errors import ConfigError
+from valuelens.settings import adopt
 
 
 def _band_projector(vh: torch.Tensor, start: int, stop: int) -> torch.Tensor:
@@ -121,7 +122,7 @@ def test_ablation_filters_keep_their_kind_through_save_load(tmp_path, tiny_token
         build_tiny_model("llama", len(tiny_tokenizer)), tiny_tokenizer, recipe="hs", embed_filter=again
     )
     with pytest.raises(ConfigError, match="ablation baseline"):
-        encoder.adopt({})
+        adopt(encoder, {})
 
 
 def test_spectrum_of_an_inference_tensor(tiny_tokenizer):

@@ -17,6 +17,7 @@ from tiny_models import CORPUS, build_tiny_model
 from valuelens import RECIPES, Encoder, TruncationWarning
 from valuelens.capture import _INSTRUMENTED, is_instrumented
 from valuelens.errors import ConfigError, SpaceMismatchError
+from valuelens.settings import adopt
 
 
 def _hook_count(model: torch.nn.Module) -> int:
@@ -289,7 +290,7 @@ def test_repr_and_public_api(enc):
 
 
 def test_encode_many_shares_forward_passes(tiny_llama, tiny_tokenizer):
-    from valuelens.shared import encode_many
+    from valuelens.batching import encode_many
 
     recipes = [
         ("va", None),
@@ -330,12 +331,12 @@ def test_config_rebuilds_the_encoder_and_adopt_names_conflicts(tmp_path, tiny_to
     keyword = Encoder.from_pretrained(tmp_path, dtype="float32", **data)
     np.testing.assert_allclose(keyword.encode(CORPUS), enc.encode(CORPUS), atol=1e-5)
     assert (
-        enc.adopt({"recipe": "aligned_wva", "layers": "auto", "prompt": "prompteol", "max_length": None})
+        adopt(enc, {"recipe": "aligned_wva", "layers": "auto", "prompt": "prompteol", "max_length": None})
         is enc.config
     )
-    assert enc.adopt({"layers": "2-3", "embed_filter": 2}, device="cpu", dtype="fp32") is enc.config
+    assert adopt(enc, {"layers": "2-3", "embed_filter": 2}, device="cpu", dtype="fp32") is enc.config
     with pytest.raises(ConfigError) as info:
-        enc.adopt({"recipe": "hs", "prompt": None, "layers": [0], "embed_filter": 4}, dtype="bf16")
+        adopt(enc, {"recipe": "hs", "prompt": None, "layers": [0], "embed_filter": 4}, dtype="bf16")
     message = str(info.value)
     for part in (
         "recipe='hs' (the encoder has 'aligned-wva')",
@@ -346,7 +347,7 @@ def test_config_rebuilds_the_encoder_and_adopt_names_conflicts(tmp_path, tiny_to
     ):
         assert part in message
     with pytest.raises(ConfigError, match="unknown setting"):
-        enc.adopt({"colour": "red"})
+        adopt(enc, {"colour": "red"})
     with pytest.raises(ConfigError, match="either config= or"):
         Encoder(model, tiny_tokenizer, config, recipe="va")
 
@@ -396,7 +397,7 @@ def test_device_map_model_from_accelerate(tmp_path, tiny_tokenizer):
 
 
 def test_plan_batches_respects_the_token_budget_and_the_batch_size():
-    from valuelens.encoder import plan_batches
+    from valuelens.batching import plan_batches
 
     lengths = [5, 3, 9, 1, 1, 1]
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])

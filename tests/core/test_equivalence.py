@@ -128,7 +128,7 @@ def test_heads_recomputed_from_attention_equal_the_model_heads(tiny_model, tiny_
     inputs = enc.model_inputs(batch, enc.device)
     with (
         torch.no_grad(),
-        enc.capture(inputs["attention_mask"], batch.span_start, batch.span_end, [enc.readout]) as session,
+        enc.capture(inputs["attention_mask"], batch, [enc.readout]) as session,
     ):
         enc.parts.backbone(**inputs)
     _, index = pooling_inputs(inputs["attention_mask"], batch.span_start, batch.span_end, ())

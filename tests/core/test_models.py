@@ -213,7 +213,11 @@ def test_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 # --------------------------------------------------------------------------------------- path()
-def test_path_passes_directories_and_hub_ids_through(tmp_path: Path, tmp_cache: Path) -> None:
+def test_path_passes_directories_and_hub_ids_through(
+    tmp_path: Path, tmp_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(models.hub, "check", lambda repo_id, bundled=(): asked.append(repo_id))
     folder = tmp_path / "my-model"
     folder.mkdir()
     assert models.path(str(folder)) == str(folder)
@@ -221,6 +225,7 @@ def test_path_passes_directories_and_hub_ids_through(tmp_path: Path, tmp_cache: 
     assert models.path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert models.path("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
     assert not tmp_cache.exists(), "passing through must not touch the cache"
+    assert asked == ["HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-0.5B"]  # hub ids only (test_hub.py)
 
 
 def test_path_objects_are_always_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, save_tiny_model
+from tiny_models import CORPUS
 from valuelens import Encoder
 from valuelens.cli import app
 from valuelens.errors import ConfigError, ValueLensError
@@ -33,11 +33,6 @@ def data() -> np.ndarray:
     x = rng.normal(size=(300, D)) @ mixing * np.linspace(0.5, 3, D) + rng.normal(size=D) * 4
     x[:, 3] += 40 * rng.normal(size=300)
     return x
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny_model(tmp_path_factory.mktemp("pp-model")))
 
 
 def _pca(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -403,24 +398,35 @@ def test_stsb_train_has_the_pair_fields():
 
 
 # ---------------------------------------------------------------------------------------- CLI
-def test_cli_fit_writes_a_loadable_state(model_dir, tmp_path):
+def test_cli_fit_writes_a_loadable_state(tiny_checkpoint, tmp_path):
     source = tmp_path / "train.txt"
     source.write_text("\n".join(CORPUS + CORPUS[:2]) + "\n")  # duplicates are fitted once
     out = tmp_path / "state.safetensors"
-    args = ["fit", str(source), "--out", str(out), "--model", model_dir, "--recipe", "hs", "--layers", "1-2"]
+    args = [
+        "fit",
+        str(source),
+        "--out",
+        str(out),
+        "--model",
+        tiny_checkpoint,
+        "--recipe",
+        "hs",
+        "--layers",
+        "1-2",
+    ]
     result = runner.invoke(app, [*args, "--kind", "whiten", "--dim", "3", "-b", "4"])
     assert result.exit_code == 0, result.output
     assert "Postprocess(kind='whiten', dim=3, 64 -> 3, fitted_on='8 texts of train.txt')" in result.output
     pp = Postprocess.load(out)
-    assert pp.n_fitted == 8 and pp.model == model_dir
+    assert pp.n_fitted == 8 and pp.model == tiny_checkpoint
     assert pp.encoder_config is not None and pp.encoder_config["recipe"] == "hs"
     assert pp.encoder_config["layers"] == [1, 2]
-    encoder = Encoder.from_pretrained(model_dir, recipe="hs", layers="1-2")
+    encoder = Encoder.from_pretrained(tiny_checkpoint, recipe="hs", layers="1-2")
     y = pp.transform(encoder.encode(CORPUS, convert_to_tensor=True))
     np.testing.assert_allclose(np.cov(y.numpy().T, bias=True), np.eye(3), atol=1e-3)
 
 
-def test_cli_fit_reads_pair_fields_with_a_limit(model_dir, tmp_path):
+def test_cli_fit_reads_pair_fields_with_a_limit(tiny_checkpoint, tmp_path):
     source = tmp_path / "pairs.jsonl"
     source.write_text(
         "\n".join(
@@ -436,7 +442,7 @@ def test_cli_fit_reads_pair_fields_with_a_limit(model_dir, tmp_path):
             "-o",
             str(out),
             "--model",
-            model_dir,
+            tiny_checkpoint,
             "--field",
             "sentence1,sentence2",
             "--limit",
@@ -458,11 +464,11 @@ def test_cli_fit_reads_pair_fields_with_a_limit(model_dir, tmp_path):
         (["--kind", "center", "--dim", "2"], "kind='whiten' only"),
     ],
 )
-def test_cli_fit_errors_are_clear(model_dir, tmp_path, extra, message):
+def test_cli_fit_errors_are_clear(tiny_checkpoint, tmp_path, extra, message):
     source = tmp_path / "texts.txt"
     source.write_text("\n".join(CORPUS) + "\n")
     out = tmp_path / "state.safetensors"
-    result = runner.invoke(app, ["fit", str(source), "--out", str(out), "--model", model_dir, *extra])
+    result = runner.invoke(app, ["fit", str(source), "--out", str(out), "--model", tiny_checkpoint, *extra])
     assert result.exit_code == 2
     assert message in result.output
     assert not out.exists()

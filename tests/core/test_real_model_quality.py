@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from valuelens import EmbedFilter, Encoder
+from valuelens.batching import SharedEncoding
 from valuelens.evaluation import evaluate
-from valuelens.shared import SharedEncoding
 
 pytestmark = pytest.mark.slow
 

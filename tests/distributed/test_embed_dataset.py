@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 import ray
 
-from tiny_models import CORPUS, save_tiny_model
+from tiny_models import CORPUS
 from valuelens import ConfigError, Encoder, EncoderConfig
 from valuelens.distributed import EMBEDDING_COLUMN, EmbedBatches, embed_dataset
 
@@ -42,11 +42,6 @@ def local_ray():
         while _ray_children() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not _ray_children(), "Ray left processes behind"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    return str(save_tiny_model(tmp_path_factory.mktemp("ray-tiny-model")))
 
 
 def _texts(n: int) -> list[str]:
@@ -85,17 +80,18 @@ def _assert_rows_equal(got: np.ndarray, want: np.ndarray) -> None:
     assert cos.min() >= 0.99999, f"row {int(cos.argmin())}: cosine {cos.min()}"
 
 
-def test_tiny_model_on_two_workers_equals_single_process(tiny_dir):
+def test_tiny_model_on_two_workers_equals_single_process(tiny_checkpoint):
     texts = _texts(2000)
     config = EncoderConfig(recipe="aligned-wva", prompt="futureeol")
     got = _collect(
-        embed_dataset(_dataset(texts), model=tiny_dir, config=config, batch_size=64, concurrency=2), 2000
+        embed_dataset(_dataset(texts), model=tiny_checkpoint, config=config, batch_size=64, concurrency=2),
+        2000,
     )
-    want = Encoder.from_pretrained(tiny_dir, config, device="cpu").encode(texts, batch_size=64)
+    want = Encoder.from_pretrained(tiny_checkpoint, config, device="cpu").encode(texts, batch_size=64)
     _assert_rows_equal(got, np.asarray(want))
 
 
-def test_actor_killed_mid_run_loses_and_duplicates_no_row(tiny_dir, tmp_path):
+def test_actor_killed_mid_run_loses_and_duplicates_no_row(tiny_checkpoint, tmp_path):
     marker = str(tmp_path / "died")
 
     class DiesOnce(EmbedBatches):  # local class: Ray pickles it by value for the actors
@@ -115,7 +111,7 @@ def test_actor_killed_mid_run_loses_and_duplicates_no_row(tiny_dir, tmp_path):
     texts = _texts(600)
     ds = embed_dataset(
         _dataset(texts),
-        model=tiny_dir,
+        model=tiny_checkpoint,
         config={"recipe": "va"},
         batch_size=32,
         concurrency=2,
@@ -123,7 +119,7 @@ def test_actor_killed_mid_run_loses_and_duplicates_no_row(tiny_dir, tmp_path):
     )
     got = _collect(ds, 600)
     assert os.path.exists(marker), "no actor died: the test did not test anything"
-    want = Encoder.from_pretrained(tiny_dir, EncoderConfig(recipe="va"), device="cpu").encode(
+    want = Encoder.from_pretrained(tiny_checkpoint, EncoderConfig(recipe="va"), device="cpu").encode(
         texts, batch_size=32
     )
     _assert_rows_equal(got, np.asarray(want))
@@ -139,7 +135,7 @@ def test_default_model_on_two_workers_equals_single_process():
     _assert_rows_equal(got, np.asarray(want))
 
 
-def test_workers_use_their_cpu_share(tiny_dir):
+def test_workers_use_their_cpu_share(tiny_checkpoint):
     """An actor holding 1 CPU runs torch on 1 thread, not on every core of the node."""
 
     class ReportsThreads(EmbedBatches):
@@ -149,17 +145,19 @@ def test_workers_use_their_cpu_share(tiny_dir):
             out = super().__call__(batch)
             return out.append_column("threads", pa.array([torch.get_num_threads()] * out.num_rows))
 
-    ds = embed_dataset(_dataset(_texts(40)), model=tiny_dir, concurrency=1, num_cpus=1, worker=ReportsThreads)
+    ds = embed_dataset(
+        _dataset(_texts(40)), model=tiny_checkpoint, concurrency=1, num_cpus=1, worker=ReportsThreads
+    )
     table = pa.concat_tables(ray.get(ds.to_arrow_refs()))
     assert set(table.column("threads").to_pylist()) == {1}
 
 
-def test_bad_inputs_fail_before_any_actor_starts(tiny_dir):
+def test_bad_inputs_fail_before_any_actor_starts(tiny_checkpoint):
     ds = _dataset(_texts(10))
     with pytest.raises(ValueError, match=r"no column 'body'.*\['id', 'text', 'extra'\]"):
-        embed_dataset(ds, "body", model=tiny_dir)
+        embed_dataset(ds, "body", model=tiny_checkpoint)
     with pytest.raises(TypeError, match="column 'id' holds int64 values"):
-        embed_dataset(ds, "id", model=tiny_dir)
+        embed_dataset(ds, "id", model=tiny_checkpoint)
     with pytest.raises(ConfigError, match="recipe"):
         embed_dataset(ds, config={"recipe": "no-such-recipe"})
     with pytest.raises(ConfigError, match="unknown EncoderConfig field"):
@@ -167,14 +165,14 @@ def test_bad_inputs_fail_before_any_actor_starts(tiny_dir):
     with pytest.raises(ValueError, match="neither a registered model"):
         embed_dataset(ds, model="not-a-model")
     with pytest.raises(ValueError, match="concurrency"):
-        embed_dataset(ds, model=tiny_dir, concurrency=0)
+        embed_dataset(ds, model=tiny_checkpoint, concurrency=0)
     with pytest.raises(ValueError, match="batch_size"):
-        embed_dataset(ds, model=tiny_dir, batch_size=0)
+        embed_dataset(ds, model=tiny_checkpoint, batch_size=0)
 
 
-def test_a_missing_text_names_its_row(tiny_dir):
+def test_a_missing_text_names_its_row(tiny_checkpoint):
     table = pa.table({"id": ["a", "b", "c"], "text": ["one", None, "three"]})
-    ds = embed_dataset(ray.data.from_arrow(table), model=tiny_dir)
+    ds = embed_dataset(ray.data.from_arrow(table), model=tiny_checkpoint)
     # raised in the actor; Ray Data wraps it (RayTaskError(UserCodeException)) unless its
     # DataContext.raise_original_map_exception is set
     with pytest.raises(Exception, match=r"TypeError: the row with id='b': column 'text' is None"):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tiny_models import CORPUS, save_tiny_model
+from tiny_models import CORPUS
 from valuelens.cli import app
 from valuelens.embedding_job import EmbedJob, ResumeError, read_input, work_dir
 from valuelens.io import InputFileError, read_records, read_vectors
@@ -24,11 +24,6 @@ from valuelens.io import InputFileError, read_records, read_vectors
 runner = CliRunner()
 VALUELENS = str(Path(sys.executable).with_name("valuelens"))  # the console script of this environment
 FAST = ["--recipe", "va", "--layers", "0"]  # one decoder layer runs: the cheapest real spec
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(save_tiny_model(tmp_path_factory.mktemp("files-model")))
 
 
 def _lines(n: int) -> list[str]:
@@ -59,13 +54,13 @@ N_LINES = 15000
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_a_killed_run_leaves_no_output_and_resume_equals_an_uninterrupted_run(model_dir, tmp_path, sig):
+def test_a_killed_run_leaves_no_output_and_resume_equals_an_uninterrupted_run(tiny_checkpoint, tmp_path, sig):
     source = tmp_path / "in.txt"
     lines = _lines(N_LINES)
     lines[10] = "   "  # a blank line: no text, but its number still counts for the ids after it
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "v.parquet"
-    common = [str(source), "-o", str(out), "--model", model_dir, *FAST, "--batch-size", "50"]
+    common = [str(source), "-o", str(out), "--model", tiny_checkpoint, *FAST, "--batch-size", "50"]
     proc = subprocess.Popen(
         [VALUELENS, "embed", *common, "--chunk-size", "50"],
         stdout=subprocess.PIPE,
@@ -196,13 +191,13 @@ def test_100k_lines_in_chunks_assemble_in_order(tmp_path):
     np.testing.assert_array_equal(vectors, _fake_encode(texts))
 
 
-def test_embed_100k_lines_with_a_real_model_writes_complete_valid_output(model_dir, tmp_path):
+def test_embed_100k_lines_with_a_real_model_writes_complete_valid_output(tiny_checkpoint, tmp_path):
     source = tmp_path / "in.txt"
     lines = [f"t{i}" for i in range(100_000)]
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "v.parquet"
     result = _invoke(
-        "embed", str(source), "-o", str(out), "--model", model_dir, *FAST, "--batch-size", "1024"
+        "embed", str(source), "-o", str(out), "--model", tiny_checkpoint, *FAST, "--batch-size", "1024"
     )
     assert result.exit_code == 0, result.output
     vectors, ids, texts, _ = read_vectors(out)
@@ -264,15 +259,17 @@ def test_malformed_lines_are_reported_by_number(tmp_path, suffix):
     )
 
 
-def test_on_error_through_the_command_line(model_dir, tmp_path):
+def test_on_error_through_the_command_line(tiny_checkpoint, tmp_path):
     path, _, good = _messy(tmp_path, ".jsonl")
     out = tmp_path / "v.parquet"
-    failed = _invoke("embed", str(path), "-o", str(out), "--model", model_dir, *FAST)
+    failed = _invoke("embed", str(path), "-o", str(out), "--model", tiny_checkpoint, *FAST)
     assert failed.exit_code == 2
     assert "in.jsonl line 2: not valid JSON (Unterminated string" in failed.output
     assert "(4 more malformed after it)" in failed.output and "--on-error skip" in failed.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # nothing written
-    skipped = _invoke("embed", str(path), "-o", str(out), "--model", model_dir, *FAST, "--on-error", "skip")
+    skipped = _invoke(
+        "embed", str(path), "-o", str(out), "--model", tiny_checkpoint, *FAST, "--on-error", "skip"
+    )
     assert skipped.exit_code == 0, skipped.output
     assert "warning: skipped 5 malformed line(s) of in.jsonl (lines 2, 4, 5, 7, 8)" in skipped.output
     vectors, ids, texts, _ = read_vectors(out)
@@ -280,7 +277,7 @@ def test_on_error_through_the_command_line(model_dir, tmp_path):
     clean = tmp_path / "clean.txt"
     clean.write_text("\n".join(good.values()))
     want = tmp_path / "clean.parquet"
-    assert _invoke("embed", str(clean), "-o", str(want), "--model", model_dir, *FAST).exit_code == 0
+    assert _invoke("embed", str(clean), "-o", str(want), "--model", tiny_checkpoint, *FAST).exit_code == 0
     np.testing.assert_allclose(vectors, read_vectors(want)[0], atol=1e-5)
 
 

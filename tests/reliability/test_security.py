@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_models import CORPUS, build_tiny_model, build_tokenizer, save_tiny_model
+from tiny_models import CORPUS, build_tiny_model, build_tokenizer
 from valuelens import Encoder
 from valuelens.errors import ConfigError
 
@@ -66,15 +66,10 @@ def test_no_source_file_unpickles_or_trusts_remote_code():
     assert used == set(ALLOWED), f"stale exceptions: {sorted(set(ALLOWED) - used)}"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("security-model"))
-
-
-def _copy(model_dir: Path, to: Path) -> Path:
+def _copy(tiny_checkpoint: Path, to: Path) -> Path:
     import shutil
 
-    shutil.copytree(model_dir, to)
+    shutil.copytree(tiny_checkpoint, to)
     return to
 
 
@@ -100,19 +95,23 @@ GUARD = textwrap.dedent(
 )
 
 
-def test_a_local_folder_loads_and_encodes_without_the_network(model_dir):
+def test_a_local_folder_loads_and_encodes_without_the_network(tiny_checkpoint):
     env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}  # HF_HUB_OFFLINE unset
     done = subprocess.run(
-        [sys.executable, "-c", GUARD, str(model_dir)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", GUARD, str(tiny_checkpoint)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "attempts []" in done.stdout
 
 
 # ------------------------------------------------------------------------------ remote code
-def _with_custom_code(model_dir: Path, to: Path) -> Path:
+def _with_custom_code(tiny_checkpoint: Path, to: Path) -> Path:
     """A copy whose config and tokenizer config point at Python files that leave a mark when run."""
-    folder = _copy(model_dir, to)
+    folder = _copy(tiny_checkpoint, to)
     mark = folder / "EXECUTED"
     code = f"open({str(mark)!r}, 'w').write('ran')\n"
     for name in ("evil_config", "evil_model", "evil_tokenizer"):
@@ -126,10 +125,10 @@ def _with_custom_code(model_dir: Path, to: Path) -> Path:
     return folder
 
 
-def test_custom_code_in_a_model_folder_is_never_run(model_dir, tmp_path, monkeypatch):
+def test_custom_code_in_a_model_folder_is_never_run(tiny_checkpoint, tmp_path, monkeypatch):
     import transformers
 
-    folder = _with_custom_code(model_dir, tmp_path / "custom")
+    folder = _with_custom_code(tiny_checkpoint, tmp_path / "custom")
     seen: list[tuple[str, object]] = []
     for name in ("AutoConfig", "AutoModel", "AutoTokenizer"):
         auto = getattr(transformers, name)
@@ -154,9 +153,9 @@ def test_custom_code_in_a_model_folder_is_never_run(model_dir, tmp_path, monkeyp
     assert seen[0] == ("AutoConfig", False)
 
 
-def test_pickled_weights_are_not_unpickled(model_dir, tmp_path):
+def test_pickled_weights_are_not_unpickled(tiny_checkpoint, tmp_path):
     """A folder with only ``pytorch_model.bin`` whose pickle would run code: refused, nothing runs."""
-    folder = _copy(model_dir, tmp_path / "pickled")
+    folder = _copy(tiny_checkpoint, tmp_path / "pickled")
     mark = folder / "EXECUTED"
     state = {k: v.clone() for k, v in build_tiny_model("llama", len(build_tokenizer())).state_dict().items()}
     torch.save({**state, "payload": _Payload(str(mark))}, folder / "pytorch_model.bin")
@@ -177,7 +176,7 @@ class _Payload:
 
 # --------------------------------------------------------------- tampered sentence-transformers model
 @pytest.fixture(scope="module")
-def saved_st(model_dir, tmp_path_factory):
+def saved_st(tiny_checkpoint, tmp_path_factory):
     from sentence_transformers.base.modules import Transformer
 
     from sentence_transformers import SentenceTransformer
@@ -185,7 +184,7 @@ def saved_st(model_dir, tmp_path_factory):
 
     path = tmp_path_factory.mktemp("st") / "saved"
     model = SentenceTransformer(
-        modules=[Transformer(str(model_dir)), ValuePooling(recipe="va")], device="cpu"
+        modules=[Transformer(str(tiny_checkpoint)), ValuePooling(recipe="va")], device="cpu"
     )
     model.save(str(path))
     return path

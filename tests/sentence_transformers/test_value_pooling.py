@@ -238,7 +238,7 @@ def test_a_plain_transformer_becomes_a_value_transformer_over_the_same_weights(t
     # nothing is patched on the instances: the methods are the classes' own
     assert not {"forward", "preprocess"} & (set(vars(first)) | set(vars(host)))
     features = model.preprocess(TEXTS[:2])
-    assert "valuelens_span" in features  # the data travels in the features dict
+    assert "valuelens_batch" in features  # the data travels in the features dict
 
 
 def test_saved_model_loads_in_a_fresh_process(tiny_model_dir, tmp_path):

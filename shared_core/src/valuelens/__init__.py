@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from valuelens.batching import SharedEncoding, TruncationWarning, encode_many
 from valuelens.capture import CapturePlan, StopForward, capturing, start_capture
 from valuelens.config import EncoderConfig, FusionPart
 from valuelens.embed_filter import EmbedFilter
-from valuelens.encoder import Encoder, TruncationWarning
+from valuelens.encoder import Encoder
 from valuelens.errors import (
     ConfigError,
     EncodeOutOfMemoryError,
@@ -30,7 +31,6 @@ from valuelens.postprocess import Postprocess, PostprocessKind
 from valuelens.presets.resolution import preset_config
 from valuelens.prompts import NAMED_PROMPTS, Prompt
 from valuelens.recipes import RECIPES, Recipe
-from valuelens.shared import SharedEncoding, encode_many
 
 try:
     __version__ = version("valuelens")

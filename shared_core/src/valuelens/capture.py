@@ -52,7 +52,7 @@ from valuelens.architectures import ModelParts
 from valuelens.errors import UnsupportedModelError
 from valuelens.readout import CapturePlan, reduce_attention, reduce_tokens
 from valuelens.recipes import ATTENTION_SIGNALS
-from valuelens.steering import Contrast, Prepend
+from valuelens.steering import NO_EDITS, ForwardEdits
 
 __all__ = [
     "Capture",
@@ -151,14 +151,16 @@ class CaptureSession:
         captures: tuple[Capture, ...],
         *,
         stop_early: bool,
-        prepend: Prepend | None = None,
-        contrast: Contrast | None = None,
+        edits: ForwardEdits = NO_EDITS,
     ) -> None:
         self.instrumentation = instrumentation
         self.captures = captures
         self.stop_early = stop_early
-        self.prepend = prepend
-        self.contrast = contrast
+        self.edits = edits
+
+    def layer_vectors(self) -> list[list[Tensor]]:
+        """Per capture (in plan order), its per-layer sentence vectors (:meth:`Capture.layer_vectors`)."""
+        return [capture.layer_vectors() for capture in self.captures]
 
     def check_stop(self) -> None:
         if self.stop_early and all(cap.done for cap in self.captures):
@@ -299,11 +301,12 @@ def _layer_pre_hook(
 ) -> tuple[tuple, dict] | None:
     """Token Prepending: edit the layer's input hidden states (positional or ``hidden_states=``)."""
     session = _active_for(instrumentation)
-    if session is None or session.prepend is None or layer not in session.prepend.layers:
+    prepend = session.edits.prepend if session is not None else None
+    if prepend is None or layer not in prepend.layers:
         return None
     if args:
-        return (session.prepend.apply(args[0]), *args[1:]), kwargs
-    return args, {**kwargs, "hidden_states": session.prepend.apply(kwargs["hidden_states"])}
+        return (prepend.apply(args[0]), *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": prepend.apply(kwargs["hidden_states"])}
 
 
 def _out_proj_pre_hook(
@@ -313,8 +316,9 @@ def _out_proj_pre_hook(
     if session is None:
         return None
     edited = None
-    if session.contrast is not None and session.contrast.layer == layer:
-        edited = (session.contrast.apply(args[0]), *args[1:])
+    contrast = session.edits.contrast
+    if contrast is not None and contrast.layer == layer:
+        edited = (contrast.apply(args[0]), *args[1:])
         args = edited
     _record_tokens(instrumentation, layer, "head", args[0])
     return edited
@@ -480,18 +484,15 @@ def start_capture(
     attention_mask: Tensor,
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
-    key_start: Tensor | None = None,
     stop_early: bool = True,
-    prepend: Prepend | None = None,
-    contrast: Contrast | None = None,
+    edits: ForwardEdits = NO_EDITS,
 ) -> CaptureHandle:
     """Activate captures for ``plans`` in the current context and return the handle.
 
     ``weights`` maps a token pool (``"mean"``, ``"position"``) to its ``[B, N]`` weights; ``index``
-    holds each row's last real token, ``key_start`` where its pooled text starts (plans with
-    ``drop_prefix``). With ``stop_early`` the forward ends (``StopForward``) as soon
-    as every plan has all its layers. ``prepend`` / ``contrast`` edit the forward
-    (:mod:`valuelens.steering`).
+    holds each row's last real token. With ``stop_early`` the forward ends (``StopForward``) as soon
+    as every plan has all its layers. ``edits`` (:class:`valuelens.steering.ForwardEdits`) edit the
+    forward and tell plans with ``drop_prefix`` where each row's text starts.
     """
     if not plans:
         msg = "start_capture needs at least one plan"
@@ -499,7 +500,7 @@ def start_capture(
     weights = weights or {}
     shape = (int(attention_mask.shape[0]), int(attention_mask.shape[1]))
     captures = tuple(
-        Capture(plan, weights=weights.get(plan.pool), index=index, shape=shape, key_start=key_start)
+        Capture(plan, weights=weights.get(plan.pool), index=index, shape=shape, key_start=edits.key_start)
         for plan in plans
     )
     inst = _acquire(parts)
@@ -522,7 +523,7 @@ def start_capture(
                 "aligned-wva without drop_prefix) still can"
             )
             raise UnsupportedModelError(msg)
-        session = CaptureSession(inst, captures, stop_early=stop_early, prepend=prepend, contrast=contrast)
+        session = CaptureSession(inst, captures, stop_early=stop_early, edits=edits)
         token = _ACTIVE.set(session)
     except BaseException:
         _release(inst)
@@ -538,10 +539,8 @@ def capturing(
     attention_mask: Tensor,
     weights: Mapping[str, Tensor] | None = None,
     index: Tensor | None = None,
-    key_start: Tensor | None = None,
     stop_early: bool = True,
-    prepend: Prepend | None = None,
-    contrast: Contrast | None = None,
+    edits: ForwardEdits = NO_EDITS,
 ) -> Iterator[CaptureSession]:
     """Context manager form of :func:`start_capture`: ends the early exit (:class:`StopForward`) raised
     in its body, and removes the hooks in ``finally`` (also on ``KeyboardInterrupt``)."""
@@ -551,10 +550,8 @@ def capturing(
         attention_mask=attention_mask,
         weights=weights,
         index=index,
-        key_start=key_start,
         stop_early=stop_early,
-        prepend=prepend,
-        contrast=contrast,
+        edits=edits,
     )
     try:
         yield handle.session

@@ -33,6 +33,7 @@ from valuelens.embedding_job import (
 )
 from valuelens.errors import ConfigError, ValueLensError
 from valuelens.io import check_output, read_vectors
+from valuelens.server.command import serve as _serve
 
 app = typer.Typer(
     help="Training-free sentence embeddings from decoder LLMs.", no_args_is_help=True, add_completion=False
@@ -115,6 +116,13 @@ FilterOpt = Annotated[
 DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: cuda if available).")]
 DTypeOpt = Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", min=1)]
+ThreadsOpt = Annotated[
+    str,
+    typer.Option(
+        help="CPU threads: auto (the idle part of this process's CPU share, at least 1: does not collapse "
+        "when other jobs share the CPUs), torch (torch's default, one per core) or a number."
+    ),
+]
 MaxLenOpt = Annotated[
     int | None, typer.Option("--max-length", min=1, help="Token limit per text (default 512).")
 ]
@@ -123,6 +131,17 @@ MaxLenOpt = Annotated[
 def _fail(exc: Exception) -> typer.Exit:
     typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
     return typer.Exit(code=2)
+
+
+def _use_threads(threads: str) -> None:
+    """Set torch's CPU threads for this command (:func:`valuelens.cpu.parse_threads`)."""
+    from valuelens.cpu import parse_threads
+
+    count = parse_threads(threads)
+    if count is not None:
+        import torch
+
+        torch.set_num_threads(count)
 
 
 def _layers_arg(layers: str) -> Any:
@@ -143,7 +162,9 @@ def _note(line: str) -> None:
 NONE_OPTIONS = ("prompt", "postprocess")
 
 
-def _spec(model: str | None, preset: str | None, config_file: Path | None, **explicit: Any) -> EncoderConfig:
+def _command_spec(
+    model: str | None, preset: str | None, config_file: Path | None, **explicit: Any
+) -> EncoderConfig:
     """The spec of a command: a preset or a JSON config file (not both), then the options given.
 
     An option left out is ``None`` here (not given); ``--prompt none`` / ``--postprocess none`` give
@@ -271,6 +292,7 @@ def embed(
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
+    threads: ThreadsOpt = "auto",
     max_length: MaxLenOpt = None,
     chunk_size: Annotated[
         int, typer.Option(min=1, help="Texts per saved chunk; an interrupted run resumes from the last one.")
@@ -295,7 +317,8 @@ def embed(
     OUTPUT appears only when complete (written under a temporary name and renamed); finished chunks
     wait in a hidden folder beside it (.OUTPUT.partial) until then, for --resume."""
     try:
-        spec = _spec(
+        _use_threads(threads)
+        spec = _command_spec(
             model,
             preset,
             config_file,
@@ -409,6 +432,7 @@ def eval_(
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
+    threads: ThreadsOpt = "auto",
     max_length: MaxLenOpt = None,
 ) -> None:
     """Score recipes on local tasks with the MTEB metrics; recipes sharing a prompt share forward passes."""
@@ -420,6 +444,7 @@ def eval_(
 
     command = _command()
     try:
+        _use_threads(threads)
         variants = parse_variants(recipes)
         loaded = [(load_task(name), n) for name, n in (parse_task_spec(t, limit) for t in tasks)]
         probe = load_probe(model, device=device, dtype=dtype)
@@ -466,6 +491,7 @@ def sweep(
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
+    threads: ThreadsOpt = "auto",
 ) -> None:
     """Per-layer score curve (paper Fig. 3) and the best contiguous layer band, from one forward pass."""
     from valuelens.evaluation import load_task
@@ -475,6 +501,7 @@ def sweep(
     command = _command()
     names = [r.strip() for r in recipe.split(",") if r.strip()]
     try:
+        _use_threads(threads)
         task_obj = load_task(task)
         sweeper = LayerSweeper(load_probe(model, device=device, dtype=dtype), names, prompt=prompt)
     except (ValueLensError, ValueError) as exc:
@@ -567,13 +594,15 @@ def fit(
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
+    threads: ThreadsOpt = "auto",
 ) -> None:
     """Fit a post-processing (valuelens.Postprocess) on the un-normalized embeddings of unlabeled TEXTS.
 
     Distinct texts only; fit on training text (e.g. ../shared/data/stsb/train.jsonl --field sentence1,sentence2),
     never on the texts a score is reported on. OUT stores the state with the encoder's spec."""
     try:
-        spec = _spec(
+        _use_threads(threads)
+        spec = _command_spec(
             model,
             None,
             config_file,
@@ -611,9 +640,10 @@ def demo(
 
     sample = Path(__file__).parent / "demo" / "sentences.txt"
     try:
+        _use_threads("auto")
         typer.echo(f"model: {models.path(model)}")
         output = out_dir / "sentences.parquet"
-        settings = {"model": model, **_spec(model, "best", None).to_dict()}
+        settings = {"model": model, **_command_spec(model, "best", None).to_dict()}
         typer.echo(f"$ valuelens embed {sample} -o {output} --preset best")
         _embed(sample, output, settings=settings, device=None, dtype=None, batch_size=32)
         typer.echo(f"$ valuelens search {output} " + " ".join(shlex.quote(q) for q in DEMO_QUERIES))
@@ -659,3 +689,4 @@ def models_path(name: Annotated[str | None, typer.Argument()] = None) -> None:
 
 
 _register_analysis(app)  # valuelens lens | spectrum | segments (valuelens.analysis)
+app.command("serve")(_serve)  # valuelens serve: the OpenAI-compatible server (valuelens.server)

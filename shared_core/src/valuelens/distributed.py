@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import ray.data
 
-__all__ = ["EMBEDDING_COLUMN", "EmbedBatches", "embed_dataset", "embed_files", "read_input", "require_ray"]
+__all__ = ["EMBEDDING_COLUMN", "EmbedBatches", "embed_dataset", "embed_files", "read_dataset", "require_ray"]
 
 #: The column :func:`embed_dataset` adds: a fixed-size list of float32 per row.
 EMBEDDING_COLUMN = "embedding"
@@ -288,11 +288,11 @@ def _read_row_groups(batch: dict[str, Any], *, columns: list[str], id_column: st
     return pa.concat_tables(tables)
 
 
-def read_input(path: Path, *, column: str = "text", id_column: str | None = None) -> ray.data.Dataset:
+def read_dataset(path: Path, *, column: str = "text", id_column: str | None = None) -> ray.data.Dataset:
     """A dataset of ``path`` keyed by ``id_column`` (default ``"id"``): kept when the input has it,
     else the row number (over the files of a folder in sorted order).
 
-    Usage: ``ds = read_input(Path("corpus/"), column="body")``. A .parquet file or a folder of
+    Usage: ``ds = read_dataset(Path("corpus/"), column="body")``. A .parquet file or a folder of
     shards is read by Ray tasks (row numbers from the files' metadata, no text on the driver);
     .txt, .jsonl and .csv are read here with :func:`valuelens.io.read_texts`.
     """
@@ -375,7 +375,7 @@ def embed_files(
     else:
         ray.init(address=address, log_to_driver=False)
     try:
-        ds = read_input(input_path, column=column, id_column=id_column)
+        ds = read_dataset(input_path, column=column, id_column=id_column)
         embedded = embed_dataset(
             ds,
             column,

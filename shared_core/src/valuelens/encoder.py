@@ -1,4 +1,4 @@
-"""The encoder: tokenize → sort and batch → capture → recipe readout → (average prompt passes) → normalize.
+"""The encoder: tokenize → forward (capture, recipe readouts) → combine (fusion, post-processing) → encode.
 
 Usage::
 
@@ -8,8 +8,9 @@ Usage::
     enc = Encoder(model, tokenizer, EncoderConfig(recipe="va", layers="20-27"))
 
 This module holds the pipeline only: loading is :mod:`valuelens.loading`, the spec
-:mod:`valuelens.config`, the recipe math :mod:`valuelens.readout`, the hooks :mod:`valuelens.capture`,
-and several encoders sharing forward passes :mod:`valuelens.shared`.
+:mod:`valuelens.config`, the recipe math and readout planning :mod:`valuelens.readout`, the hooks
+:mod:`valuelens.capture`, the forward edits :mod:`valuelens.steering`, and the batching driver (also
+for several encoders sharing forward passes) :mod:`valuelens.batching`.
 """
 
 from __future__ import annotations
@@ -18,54 +19,30 @@ import contextlib
 import dataclasses
 import inspect
 import os
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from valuelens.architectures import ModelParts, locate
+from valuelens.batching import embed_all
 from valuelens.capture import CaptureSession, capturing
 from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
-from valuelens.errors import ConfigError, EncodeOutOfMemoryError
-from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
-from valuelens.layers import resolve_layers
-from valuelens.loading import build_embed_filter, check_load_options, load_model, resolve_config
+from valuelens.errors import ConfigError
+from valuelens.inputs import check_batch_size, check_texts, check_token_budget
+from valuelens.loading import build_embed_filter, check_loaded, load_model, resolve_config
 from valuelens.postprocess import Postprocess, load_postprocess
 from valuelens.presets.resolution import resolve
 from valuelens.prompts import Prompt, resolve_prompt
-from valuelens.readout import CapturePlan, Readout, average_passes, fuse, pooling_inputs
-from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe
-from valuelens.steering import Contrast, Prepend
+from valuelens.readout import CapturePlan, Readout, fuse, fusion_readouts, pooling_inputs
+from valuelens.recipes import Recipe
+from valuelens.steering import EditPlan
 from valuelens.tokenization import Batch, TokenizedText, collate, placeholder_token, tokenize
 
-__all__ = ["Encoder", "TruncationWarning", "plan_batches", "warn_truncated"]
-
-
-class TruncationWarning(UserWarning):
-    """Some texts were longer than ``max_length`` tokens and were cut (the prompt is kept)."""
-
-
-def _check_loaded(config: EncoderConfig, parts: ModelParts) -> None:
-    """Every layer a resolved spec reads (or prepends / contrasts at) must be one the model loaded."""
-    if parts.n_layers == parts.full_depth:
-        return  # resolution already checked the indices against the model's depth
-    used: list[tuple[str, object]] = [("layers", config.layers)]
-    used += [(f"fusion[{i}].layers", part.layers) for i, part in enumerate(config.fusion)]
-    used += [("prepend_layers", config.prepend_layers), ("contrast_layer", config.contrast_layer)]
-    deepest = {name: max(spec) if isinstance(spec, tuple) else spec for name, spec in used}
-    missing = [f"{name}={i}" for name, i in deepest.items() if isinstance(i, int) and i >= parts.n_layers]
-    if missing:
-        msg = (
-            f"this spec reads a decoder layer the model does not hold ({', '.join(missing)}): only its first "
-            f"{parts.n_layers} of {parts.full_depth} layers were loaded (cut for a shallower spec); load "
-            "it again, e.g. Encoder.from_pretrained(path, config), or with truncate_layers=False"
-        )
-        raise ConfigError(msg)
+__all__ = ["Encoder"]
 
 
 def _split_settings(
@@ -128,17 +105,25 @@ class Encoder:
         self.parts: ModelParts = locate(model)
         parts = self.parts
         self.config: EncoderConfig = spec.resolved(*parts.model_key)
-        _check_loaded(self.config, parts)
+        check_loaded(self.config, parts)
         if prebuilt is None and spec.embed_filter is not None:
             prebuilt = build_embed_filter(model, spec.embed_filter, spec.embed_filter_offset)
         self.readout = Readout.build(self.config, parts, prebuilt)
-        self.readouts: list[Readout] = [self.readout, *self._fusion_readouts(prebuilt)]
+        offset = self.config.embed_filter_offset
+        self.readouts: list[Readout] = [
+            self.readout,
+            *fusion_readouts(
+                self.config, parts, prebuilt, lambda tau: build_embed_filter(model, tau, offset)
+            ),
+        ]
         """The main readout, then one per fusion part (all captured in the same forward)."""
         self.weights: tuple[float, ...] = (1.0, *(part.weight for part in self.config.fusion))
         self.prompt: Prompt | None = resolve_prompt(spec.prompt)
         self.contrast_prompt: Prompt | None = (
             resolve_prompt(self.config.contrast_prompt) if self.config.contrast_layer is not None else None
         )
+        self.edit_plan = EditPlan.from_config(self.config)
+        """The forward edits the spec makes (Token Prepending, Contrastive Prompting), built once."""
         self.postprocess: Postprocess | None = None
         if self.config.postprocess is not None:
             self.postprocess = load_postprocess(self.config.postprocess, self.config)
@@ -150,27 +135,6 @@ class Encoder:
                 )
                 raise ConfigError(msg)
         self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
-
-    def _fusion_readouts(self, main_filter: EmbedFilter | None) -> list[Readout]:
-        """One readout per fusion part (its own recipe, layers and EmbedFilter; the main layer combine)."""
-        readouts = []
-        for part in self.config.fusion:
-            ef = None
-            if part.embed_filter is not None:
-                if main_filter is not None and main_filter.tau == part.embed_filter:
-                    ef = main_filter
-                else:
-                    ef = build_embed_filter(self.model, part.embed_filter, self.config.embed_filter_offset)
-            recipe = EncoderConfig(
-                recipe=part.recipe,
-                layers=part.layers,
-                embed_filter=part.embed_filter,
-                embed_filter_offset=self.config.embed_filter_offset,
-                combine=self.config.combine,
-                drop_prefix=self.config.drop_prefix and part.recipe in LAST_ATTENTION_RECIPES,
-            )
-            readouts.append(Readout.build(recipe, self.parts, ef))
-        return readouts
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -221,43 +185,6 @@ class Encoder:
             embed_filter=prebuilt,
             name_or_path=str(path) if path is not None else models.DEFAULT_MODEL,
         )
-
-    def adopt(self, given: Mapping[str, Any], *, device: Any = None, dtype: Any = None) -> EncoderConfig:
-        """Check settings a caller asked for against this encoder; return its (resolved) config.
-
-        ``given`` holds spec fields set explicitly (``layers="auto"`` agrees with any layers), plus the
-        load options ``device`` / ``dtype``. Raises :class:`ConfigError` naming every conflict.
-        Usage: ``config = encoder.adopt({"recipe": "va"}, device="cpu")``.
-        """
-        if self.embed_filter is not None and self.embed_filter.kind != "spectral":
-            msg = (
-                f"this Encoder uses {self.embed_filter!r}, an ablation baseline that no EncoderConfig "
-                "describes (embed_filter=τ means EmbedFilter's spectral band)"
-            )
-            raise ConfigError(msg)
-        unknown = sorted(set(given) - set(FIELDS))
-        if unknown:
-            msg = f"unknown setting(s) {', '.join(map(repr, unknown))}: choose from {', '.join(FIELDS)}"
-            raise ConfigError(msg)
-        wanted = {k: v for k, v in given.items() if not (k == "layers" and _is_auto(v))}
-        try:
-            candidate = self.config.replace(**wanted)
-            if "layers" in wanted:
-                candidate = candidate.replace(layers=resolve_layers(candidate.layers, self.parts.full_depth))
-            differing = [item.split(":")[0] for item in candidate.diff(self.config)]
-        except ConfigError:  # the given values do not even form a spec together with the encoder's
-            differing = [k for k, v in wanted.items() if v != getattr(self.config, k, None)]
-        conflicts = [f"{k}={wanted[k]!r} (the encoder has {getattr(self.config, k)!r})" for k in differing]
-        conflicts += check_load_options(self.model, device=device, dtype=dtype)
-        if conflicts:
-            msg = (
-                "these settings disagree with the valuelens.Encoder given: "
-                + "; ".join(conflicts)
-                + ". An Encoder's settings are fixed when it is built: leave them unset to use the "
-                "Encoder's, or build a new Encoder with the settings you want."
-            )
-            raise ConfigError(msg)
-        return self.config
 
     # ------------------------------------------------------------------ properties
     @property
@@ -350,54 +277,48 @@ class Encoder:
     def capture(
         self,
         attention_mask: Tensor,
-        span_start: Tensor,
-        span_end: Tensor,
+        batch: Batch | None = None,
         readouts: Sequence[Readout] | None = None,
         *,
         stop_early: bool = True,
-        marker: Tensor | None = None,
-        aux_heads: Tensor | None = None,
     ) -> Iterator[CaptureSession]:
         """Capture ``readouts`` (default: this encoder's own) during a forward run in the ``with`` body,
-        pooling over each row's span ``[start, end)``; hooks are removed on exit.
+        pooling over ``batch``'s spans with its edits of the forward; hooks are removed on exit.
 
-        With Token Prepending ``marker`` holds each row's placeholder position; with Contrastive
-        Prompting ``aux_heads`` the auxiliary prompt's heads (:meth:`contrast_heads`).
-        Usage: ``with enc.capture(mask, start, end) as session: model(...)``, then
-        ``session.captures[0].layer_vectors()``. Host frameworks that run the forward themselves use it.
+        ``batch`` comes from :meth:`collate` (``None``: pool over every real token, no edits);
+        Contrastive Prompting's auxiliary pass runs here, before the body. Host frameworks that run the
+        forward themselves use it. Usage: ``with enc.capture(mask, batch) as session: model(...)``, then
+        ``enc.finish(session.layer_vectors())``.
         """
         readouts = self.readouts if readouts is None else list(readouts)
         device = attention_mask.device
-        weights, index = pooling_inputs(
-            attention_mask, span_start.to(device), span_end.to(device), {r.plan.pool for r in readouts}
-        )
-        config = self.config
-        prepend = None
-        if config.prepend_layers is not None:
-            if marker is None:
-                msg = "this encoder uses Token Prepending (prepend_layers): tokenize with Encoder.tokenize"
-                raise ConfigError(msg)
-            assert isinstance(config.prepend_layers, tuple)
-            prepend = Prepend(frozenset(config.prepend_layers), marker.to(device), index)
-        contrast = None
-        if config.contrast_layer is not None:
-            if aux_heads is None:
-                msg = "this encoder uses Contrastive Prompting (contrast_layer): pass aux_heads=contrast_heads(...)"
-                raise ConfigError(msg)
-            contrast = Contrast(config.contrast_layer, aux_heads, index, config.contrast_scale)
-        key_start = None
-        if any(r.plan.drop_prefix for r in readouts):  # the text starts at the placeholder, if any
-            key_start = (marker if marker is not None else span_start).to(device)
+        if batch is None:
+            start = torch.zeros(attention_mask.shape[0], dtype=torch.long, device=device)
+            end = torch.full_like(start, attention_mask.shape[1])
+            marker = aux = None
+        else:
+            start, end, marker, aux = (
+                batch.span_start.to(device),
+                batch.span_end.to(device),
+                batch.marker,
+                batch.aux,
+            )
+        weights, index = pooling_inputs(attention_mask, start, end, {r.plan.pool for r in readouts})
+        aux_heads = self.contrast_heads(aux) if aux is not None else None
+        try:
+            edits = self.edit_plan.for_batch(
+                index=index, span_start=start, marker=marker, aux_heads=aux_heads
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         with capturing(
             self.current_parts(),
             [r.plan for r in readouts],
             attention_mask=attention_mask,
             weights=weights,
             index=index,
-            key_start=key_start,
             stop_early=stop_early,
-            prepend=prepend,
-            contrast=contrast,
+            edits=edits,
         ) as session:
             yield session
 
@@ -410,12 +331,9 @@ class Encoder:
         inputs = self.model_inputs(aux, self.device)
         mask = inputs["attention_mask"]
         _, index = pooling_inputs(mask, aux.span_start.to(mask.device), aux.span_end.to(mask.device), ())
-        prepend = None
-        if self.config.prepend_layers is not None and aux.marker is not None:
-            assert isinstance(self.config.prepend_layers, tuple)
-            prepend = Prepend(frozenset(self.config.prepend_layers), aux.marker.to(mask.device), index)
+        edits = self.edit_plan.prepend_only(index=index, marker=aux.marker)
         with capturing(
-            self.current_parts(), [plan], attention_mask=mask, index=index, prepend=prepend
+            self.current_parts(), [plan], attention_mask=mask, index=index, edits=edits
         ) as session:
             self.parts.backbone(**inputs)
         return session.captures[0].layer_vectors()[0]
@@ -425,21 +343,19 @@ class Encoder:
         ``[B, dimension]`` fp32 on the model's device. Stops after the deepest layer any readout needs
         (Contrastive Prompting first runs the auxiliary prompt up to its layer)."""
         readouts = self.readouts if readouts is None else list(readouts)
-        aux_heads = self.contrast_heads(batch.aux) if batch.aux is not None else None
         inputs = self.model_inputs(batch, self.device)
-        with self.capture(
-            inputs["attention_mask"],
-            batch.span_start,
-            batch.span_end,
-            readouts,
-            marker=batch.marker,
-            aux_heads=aux_heads,
-        ) as session:
+        with self.capture(inputs["attention_mask"], batch, readouts) as session:
             self.parts.backbone(**inputs)
-        return [
-            readout.finish(capture.layer_vectors(), self.parts)
-            for readout, capture in zip(readouts, session.captures, strict=True)
-        ]
+        parts = self.parts
+        return [r.finish(v, parts) for r, v in zip(readouts, session.layer_vectors(), strict=True)]
+
+    def finish(self, layer_vectors: Sequence[Sequence[Tensor]]) -> Tensor:
+        """The embedding from a capture of this encoder's readouts (``session.layer_vectors()``):
+        each readout's recipe steps, then :meth:`combine`. Usage: see :meth:`capture`."""
+        parts = self.current_parts()
+        return self.combine(
+            [r.finish(list(v), parts) for r, v in zip(self.readouts, layer_vectors, strict=True)]
+        )
 
     def combine(self, vectors: Sequence[Tensor]) -> Tensor:
         """The embedding from one ``[n, dim]`` tensor per readout (:attr:`readouts`): the fusion parts
@@ -448,75 +364,6 @@ class Encoder:
         if self.postprocess is not None:
             emb = self.postprocess.transform(emb)
         return emb
-
-    def embed_batch(self, batch: Batch) -> Tensor:
-        """Embed one collated batch: ``[B, dimension]`` fp32 on the model's device."""
-        return self.combine(self.forward(batch))
-
-    def run(
-        self,
-        items: Sequence[str],
-        readouts: Sequence[Readout],
-        *,
-        batch_size: int,
-        max_tokens_per_batch: int | None = None,
-        progress: tqdm | None = None,
-    ) -> tuple[list[Tensor], int]:
-        """Embed checked ``items`` for ``readouts`` sharing this encoder's model, tokenizer and prompt.
-
-        Texts are sorted by length (less padding), packed into batches (:func:`plan_batches`) and the
-        order restored; a prompt with several
-        templates (MetaEOL) runs one pass each and averages them. A batch that runs out of memory is
-        split in halves and retried, down to one text (:meth:`_embed_chunk`). Returns one ``[n, dim]``
-        tensor per readout and how many texts were truncated.
-        """
-        device = self.device
-        if not items:
-            return [torch.zeros((0, r.dimension), dtype=torch.float32, device=device) for r in readouts], 0
-        passes: list[list[Tensor]] = [[] for _ in readouts]
-        n_truncated = 0
-        for template_index in range(self.passes):
-            tokenized, truncated = self.tokenize(items, template_index)
-            n_truncated = max(n_truncated, truncated)
-            order = sorted(range(len(items)), key=lambda i: -len(tokenized[i].ids))
-            outs = [
-                torch.empty((len(items), r.dimension), dtype=torch.float32, device=device) for r in readouts
-            ]
-            lengths = [len(item.ids) for item in tokenized]
-            for chunk in plan_batches(order, lengths, batch_size, max_tokens_per_batch):
-                embedded = self._embed_chunk(tokenized, chunk, readouts)
-                rows = torch.tensor(chunk, device=device)
-                for out, emb in zip(outs, embedded, strict=True):
-                    out[rows] = emb.to(device)
-                if progress is not None:
-                    progress.update(len(chunk))
-            for collected, out in zip(passes, outs, strict=True):
-                collected.append(out)
-        return [average_passes(collected) for collected in passes], n_truncated
-
-    def _embed_chunk(
-        self, tokenized: Sequence[TokenizedText], chunk: list[int], readouts: Sequence[Readout]
-    ) -> list[Tensor]:
-        """Embed the texts ``chunk`` (indices into ``tokenized``) in one batch; when that runs out of
-        memory, embed each half on its own (recursively), down to one text, which then raises
-        :class:`EncodeOutOfMemoryError` naming its index and length."""
-        try:
-            return self.forward(self.collate([tokenized[i] for i in chunk]), readouts)
-        except torch.OutOfMemoryError as exc:
-            if len(chunk) == 1:
-                msg = (
-                    f"out of memory embedding texts[{chunk[0]}] on its own ({len(tokenized[chunk[0]].ids)} "
-                    f"tokens, prompt included) on {self.device}: lower max_length (now {self.max_length}), "
-                    "or load the model in a smaller dtype or on a device with more free memory"
-                )
-                raise EncodeOutOfMemoryError(msg) from exc
-        # retried outside the except block, so the failed attempt's tensors (held by the traceback) are freed
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        half = len(chunk) // 2
-        first = self._embed_chunk(tokenized, chunk[:half], readouts)
-        second = self._embed_chunk(tokenized, chunk[half:], readouts)
-        return [torch.cat(pair) for pair in zip(first, second, strict=True)]
 
     def encode(
         self,
@@ -534,29 +381,20 @@ class Encoder:
         texts), so long texts go in small batches: ``"auto"`` is 2048 on CPU (measured fastest,
         docs/performance.md) and 16384 on accelerators, ``None`` turns the budget off. An empty list
         gives a ``[0, dimension]`` array. Texts longer than ``max_length`` tokens are truncated (the
-        prompt is kept) with one :class:`TruncationWarning` per call.
+        prompt is kept) with one :class:`~valuelens.batching.TruncationWarning` per call
+        (:mod:`valuelens.batching` runs the batches).
         """
         items, single = check_texts(texts)
         check_batch_size(batch_size)
         check_token_budget(max_tokens_per_batch)
-        with (
-            tqdm(
-                total=len(items) * self.passes,
-                desc="valuelens",
-                unit="text",
-                disable=not show_progress or not items,
-            ) as progress,
-            torch.inference_mode(),
-        ):
-            vectors, n_truncated = self.run(
-                items,
-                self.readouts,
-                batch_size=batch_size,
-                max_tokens_per_batch=token_budget(max_tokens_per_batch, self.device.type),
-                progress=progress,
-            )
-            result = self.combine(vectors)
-        warn_truncated(n_truncated, len(items), self.max_length, stacklevel=3)
+        (result,) = embed_all(
+            [self],
+            items,
+            batch_size=batch_size,
+            show_progress=show_progress,
+            max_tokens_per_batch=max_tokens_per_batch,
+            stacklevel=2,
+        )
         if normalize:
             result = torch.nn.functional.normalize(result, dim=-1)
         if single:
@@ -577,42 +415,3 @@ class Encoder:
         )
         tail = (", " + ", ".join(extras)) if extras else ""
         return f"Encoder({self.name_or_path!r}, recipe={self.recipe.name!r}, layers={shown!r}{tail}, dim={self.dimension})"
-
-
-def plan_batches(
-    order: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
-) -> list[list[int]]:
-    """Split ``order`` (text indices, longest first) into batches of at most ``batch_size`` texts and,
-    with ``max_tokens``, at most that many padded tokens (rows × the batch's longest text). A text
-    longer than the budget gets a batch of its own.
-
-    Usage: ``plan_batches([2, 0, 1], lengths=[5, 3, 9], batch_size=32, max_tokens=12)`` → ``[[2], [0, 1]]``.
-    """
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for index in order:
-        if current:
-            width = lengths[current[0]]  # the longest: order is longest first
-            full = len(current) == batch_size
-            if full or (max_tokens is not None and (len(current) + 1) * width > max_tokens):
-                batches.append(current)
-                current = []
-        current.append(index)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def warn_truncated(n_truncated: int, total: int, max_length: int, *, stacklevel: int) -> None:
-    """One :class:`TruncationWarning` for a call that cut ``n_truncated`` of ``total`` texts."""
-    if n_truncated:
-        warnings.warn(
-            f"{n_truncated} of {total} texts were longer than max_length={max_length} tokens "
-            "and were truncated (the prompt was kept)",
-            TruncationWarning,
-            stacklevel=stacklevel + 1,
-        )
-
-
-def _is_auto(layers: Any) -> bool:
-    return isinstance(layers, str) and layers.strip().lower() == "auto"

@@ -29,6 +29,7 @@ __all__ = [
     "DTypeSpec",
     "build_embed_filter",
     "check_load_options",
+    "check_loaded",
     "default_dtype",
     "load_model",
     "prune_layers",
@@ -156,6 +157,24 @@ def load_config(path: str | os.PathLike[str], *, trust_remote_code: bool = False
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def check_loaded(config: EncoderConfig, parts: ModelParts) -> None:
+    """Every layer a resolved spec reads (or prepends / contrasts at) must be one the model loaded."""
+    if parts.n_layers == parts.full_depth:
+        return  # resolution already checked the indices against the model's depth
+    used: list[tuple[str, object]] = [("layers", config.layers)]
+    used += [(f"fusion[{i}].layers", part.layers) for i, part in enumerate(config.fusion)]
+    used += [("prepend_layers", config.prepend_layers), ("contrast_layer", config.contrast_layer)]
+    deepest = {name: max(spec) if isinstance(spec, tuple) else spec for name, spec in used}
+    missing = [f"{name}={i}" for name, i in deepest.items() if isinstance(i, int) and i >= parts.n_layers]
+    if missing:
+        msg = (
+            f"this spec reads a decoder layer the model does not hold ({', '.join(missing)}): only its first "
+            f"{parts.n_layers} of {parts.full_depth} layers were loaded (cut for a shallower spec); load "
+            "it again, e.g. Encoder.from_pretrained(path, config), or with truncate_layers=False"
+        )
+        raise ConfigError(msg)
 
 
 def prune_layers(parts: ModelParts, keep: int) -> None:

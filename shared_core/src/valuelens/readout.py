@@ -18,7 +18,7 @@ seen and hands it to these functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,7 +30,7 @@ from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
 from valuelens.pooling import combine_layers, last_index, pool_heads, pool_tokens, token_weights
-from valuelens.recipes import Recipe, Signal, TokenPool, get_recipe
+from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe, Signal, TokenPool, get_recipe
 
 __all__ = [
     "CapturePlan",
@@ -336,3 +336,30 @@ class Readout:
         if self.embed_filter is not None:
             emb = self.embed_filter.transform(emb)
         return emb
+
+
+def fusion_readouts(
+    config: EncoderConfig,
+    parts: ModelParts,
+    main_filter: EmbedFilter | None,
+    make_filter: Callable[[float], EmbedFilter],
+) -> list[Readout]:
+    """One readout per fusion part of a resolved spec (its own recipe, layers and EmbedFilter; the main
+    layer combine), all captured in the main forward. A part's filter is the main one when τ agrees,
+    else ``make_filter(tau)``. Usage: ``fusion_readouts(config, parts, ef, lambda t: build_embed_filter(m, t))``."""
+    readouts = []
+    for part in config.fusion:
+        ef = None
+        if part.embed_filter is not None:
+            same = main_filter is not None and main_filter.tau == part.embed_filter
+            ef = main_filter if same else make_filter(part.embed_filter)
+        spec = EncoderConfig(
+            recipe=part.recipe,
+            layers=part.layers,
+            embed_filter=part.embed_filter,
+            embed_filter_offset=config.embed_filter_offset,
+            combine=config.combine,
+            drop_prefix=config.drop_prefix and part.recipe in LAST_ATTENTION_RECIPES,
+        )
+        readouts.append(Readout.build(spec, parts, ef))
+    return readouts

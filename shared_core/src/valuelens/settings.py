@@ -38,12 +38,15 @@ from pydantic import BaseModel, Field, StrictInt, field_validator, model_validat
 from valuelens import config as config_module
 from valuelens.config import FIELDS, Combine, EncoderConfig
 from valuelens.encoder import Encoder
-from valuelens.loading import resolve_config, resolve_device, resolve_dtype
+from valuelens.errors import ConfigError
+from valuelens.layers import resolve_layers
+from valuelens.loading import check_load_options, resolve_config, resolve_device, resolve_dtype
 from valuelens.presets.resolution import resolve
 
 __all__ = [
     "SPELLINGS",
     "EncoderSettings",
+    "adopt",
     "load_encoder",
     "prepare_fields",
     "spec_descriptions",
@@ -82,7 +85,7 @@ _DESCRIPTIONS = spec_descriptions()
 _CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(EncoderConfig)}
 
 
-def _spec(name: str) -> Any:
+def _pydantic_field(name: str) -> Any:
     """The pydantic field of spec field ``name``: the config's default and description, frozen."""
     field = _CONFIG_FIELDS[name]
     description = _DESCRIPTIONS.get(name)
@@ -148,21 +151,21 @@ def spelling_hint(key: str, host: type[BaseModel]) -> str | None:
 class EncoderSettings(BaseModel):
     """Pydantic fields for :class:`valuelens.EncoderConfig` and the load options (see the module docstring)."""
 
-    recipe: str = _spec("recipe")
-    layers: str | StrictInt | list[StrictInt] = _spec("layers")
-    prompt: str | None = _spec("prompt")
-    embed_filter: float | None = _spec("embed_filter")
-    embed_filter_offset: StrictInt = _spec("embed_filter_offset")
-    max_length: StrictInt | None = _spec("max_length")
-    combine: Combine = _spec("combine")
-    final_norm: bool = _spec("final_norm")
-    prepend_layers: str | StrictInt | list[StrictInt] | None = _spec("prepend_layers")
-    contrast_layer: StrictInt | None = _spec("contrast_layer")
-    contrast_scale: float = _spec("contrast_scale")
-    contrast_prompt: str = _spec("contrast_prompt")
-    fusion: list[dict[str, Any]] = _spec("fusion")
-    postprocess: str | None = _spec("postprocess")
-    drop_prefix: bool = _spec("drop_prefix")
+    recipe: str = _pydantic_field("recipe")
+    layers: str | StrictInt | list[StrictInt] = _pydantic_field("layers")
+    prompt: str | None = _pydantic_field("prompt")
+    embed_filter: float | None = _pydantic_field("embed_filter")
+    embed_filter_offset: StrictInt = _pydantic_field("embed_filter_offset")
+    max_length: StrictInt | None = _pydantic_field("max_length")
+    combine: Combine = _pydantic_field("combine")
+    final_norm: bool = _pydantic_field("final_norm")
+    prepend_layers: str | StrictInt | list[StrictInt] | None = _pydantic_field("prepend_layers")
+    contrast_layer: StrictInt | None = _pydantic_field("contrast_layer")
+    contrast_scale: float = _pydantic_field("contrast_scale")
+    contrast_prompt: str = _pydantic_field("contrast_prompt")
+    fusion: list[dict[str, Any]] = _pydantic_field("fusion")
+    postprocess: str | None = _pydantic_field("postprocess")
+    drop_prefix: bool = _pydantic_field("drop_prefix")
     preset: str | None = Field(
         default=None,
         frozen=True,
@@ -225,7 +228,7 @@ def prepare_fields(
     dtype are checked too), then the host's own field checks run, and only then is ``layers``
     resolved for ``model`` from its config alone (no weights), so that the fields record what
     ``"auto"`` meant and a saved adapter re-creates exactly this embedding. With ``encoder`` the
-    explicitly given fields must agree with it (:meth:`valuelens.Encoder.adopt`; with ``preset``, the
+    explicitly given fields must agree with it (:func:`adopt`; with ``preset``, the
     preset's spec for the encoder's model with the given fields applied must).  A preset and the fields
     given are merged by :func:`valuelens.presets.resolution.resolve`. Returns the fields
     to pass to the host's ``__init__`` (they describe the embedding) and the resolved spec.
@@ -237,7 +240,7 @@ def prepare_fields(
         if preset is not None:  # the preset's spec for the encoder's model, checked against the encoder
             key = encoder.parts.model_key
             given = resolve(preset, key, given).resolved(*key).to_dict()
-        config = encoder.adopt(given, device=device, dtype=dtype)
+        config = adopt(encoder, given, device=device, dtype=dtype)
         return {**fields, **config.to_dict()}, config
     config = resolve(preset, model, given)
     resolve_device(device)
@@ -247,6 +250,50 @@ def prepare_fields(
     host.__pydantic_validator__.validate_python({**fields, **config.to_dict()}, self_instance=scratch)
     config = resolve_config(model, config)
     return {**fields, **config.to_dict()}, config
+
+
+def adopt(
+    encoder: Encoder, given: Mapping[str, Any], *, device: Any = None, dtype: Any = None
+) -> EncoderConfig:
+    """Check settings a caller asked for against ``encoder``; return its (resolved) config.
+
+    ``given`` holds spec fields set explicitly (``layers="auto"`` agrees with any layers), plus the
+    load options ``device`` / ``dtype``. Raises :class:`ConfigError` naming every conflict.
+    Usage: ``config = adopt(encoder, {"recipe": "va"}, device="cpu")``.
+    """
+    if encoder.embed_filter is not None and encoder.embed_filter.kind != "spectral":
+        msg = (
+            f"this Encoder uses {encoder.embed_filter!r}, an ablation baseline that no EncoderConfig "
+            "describes (embed_filter=τ means EmbedFilter's spectral band)"
+        )
+        raise ConfigError(msg)
+    unknown = sorted(set(given) - set(FIELDS))
+    if unknown:
+        msg = f"unknown setting(s) {', '.join(map(repr, unknown))}: choose from {', '.join(FIELDS)}"
+        raise ConfigError(msg)
+    wanted = {k: v for k, v in given.items() if not (k == "layers" and _is_auto(v))}
+    try:
+        candidate = encoder.config.replace(**wanted)
+        if "layers" in wanted:
+            candidate = candidate.replace(layers=resolve_layers(candidate.layers, encoder.parts.full_depth))
+        differing = [item.split(":")[0] for item in candidate.diff(encoder.config)]
+    except ConfigError:  # the given values do not even form a spec together with the encoder's
+        differing = [k for k, v in wanted.items() if v != getattr(encoder.config, k, None)]
+    conflicts = [f"{k}={wanted[k]!r} (the encoder has {getattr(encoder.config, k)!r})" for k in differing]
+    conflicts += check_load_options(encoder.model, device=device, dtype=dtype)
+    if conflicts:
+        msg = (
+            "these settings disagree with the valuelens.Encoder given: "
+            + "; ".join(conflicts)
+            + ". An Encoder's settings are fixed when it is built: leave them unset to use the "
+            "Encoder's, or build a new Encoder with the settings you want."
+        )
+        raise ConfigError(msg)
+    return encoder.config
+
+
+def _is_auto(layers: Any) -> bool:
+    return isinstance(layers, str) and layers.strip().lower() == "auto"
 
 
 def load_encoder(

@@ -32,14 +32,14 @@ from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.presets import PRESET_NAMES
 
-PRESETS: dict[str, str] = {
+SHORTHANDS: dict[str, str] = {
     "prompteol": "last-token:prompteol",
     "futureeol": "last-token:futureeol",
     "echo": "hs@last:echo",
     "metaeol": "last-token:metaeol",
     "hs-final": "hs@last",
 }
-_FINAL_NORM_PRESETS = frozenset({"hs-final"})
+_FINAL_NORM_SHORTHANDS = frozenset({"hs-final"})
 
 _PATTERN = re.compile(
     r"^(?P<recipe>[a-z_-]+)(?:@(?P<layers>[^:+]+))?(?::(?P<prompt>[a-z]+))?(?:\+(?P<reduce>ef|trunc|rand)(?P<tau>[0-9.]+))?$"
@@ -90,12 +90,12 @@ def parse_variant(spec: str) -> Variant:
         config = EncoderConfig.from_dict(data)
         return Variant(label=Path(text).stem, recipe=config.recipe, config=config)
     base, _, suffix = key.partition("+")
-    expanded = PRESETS.get(base, base) + (f"+{suffix}" if suffix else "")
+    expanded = SHORTHANDS.get(base, base) + (f"+{suffix}" if suffix else "")
     match = _PATTERN.match(expanded)
     if match is None:
         msg = (
             f"cannot parse recipe variant {spec!r}: use RECIPE[@LAYERS][:PROMPT][+efTAU], e.g. 'va@half', "
-            f"'aligned-wva:futureeol+ef2', or one of {', '.join(repr(p) for p in PRESETS)}"
+            f"'aligned-wva:futureeol+ef2', or one of {', '.join(repr(p) for p in SHORTHANDS)}"
         )
         raise ConfigError(msg)
     layers: Any = match["layers"] or "auto"
@@ -107,7 +107,7 @@ def parse_variant(spec: str) -> Variant:
         prompt=match["prompt"],
         embed_filter=tau,
         reduction=match["reduce"] or "ef",
-        final_norm=base in _FINAL_NORM_PRESETS,
+        final_norm=base in _FINAL_NORM_SHORTHANDS,
     )
     EncoderConfig(**variant.encoder_kwargs())  # validate now, before any model is loaded
     return variant

@@ -239,11 +239,7 @@ class ValuePooling(Module):
                 "(SentenceTransformer(modules=[Transformer(path), ValuePooling(...)]))"
             )
             raise RuntimeError(msg)
-        encoder = self.encoder
-        parts = encoder.current_parts()
-        embedding = encoder.combine(
-            [readout.finish(v, parts) for readout, v in zip(encoder.readouts, vectors, strict=True)]
-        )
+        embedding = self.encoder.finish(vectors)
         reference = features.get("token_embeddings")
         if isinstance(reference, torch.Tensor) and reference.is_floating_point():
             embedding = embedding.to(reference.dtype)

@@ -11,10 +11,12 @@ It is the input module of a valuelens model and talks to :class:`ValuePooling` o
 ``features`` dict, as sentence-transformers' own modules do:
 
 - :meth:`preprocess` tokenizes through the valuelens core (prompt template, pooled span, truncation
-  that keeps the prompt) and adds the pooled spans under ``"valuelens_span"``;
-- :meth:`forward` runs the host ``Transformer.forward`` inside the core's capture (hooks reduce each
-  selected layer to per-text vectors; removed in ``finally``) and adds them under
-  ``"valuelens_layer_vectors"``; :class:`ValuePooling` combines them into ``sentence_embedding``.
+  that keeps the prompt, whatever the spec's forward edits need) and adds the core's batch under
+  ``"valuelens_batch"``;
+- :meth:`forward` runs the host ``Transformer.forward`` inside the core's capture of that batch
+  (:meth:`valuelens.Encoder.capture`: hooks reduce each selected layer to per-text vectors and apply
+  the forward edits; removed in ``finally``) and adds the vectors under ``"valuelens_layer_vectors"``;
+  :class:`ValuePooling` turns them into ``sentence_embedding`` (:meth:`valuelens.Encoder.finish`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from sentence_transformers.base.modules import Transformer
 from sentence_transformers.base.modules.transformer import ProcessingKwargs
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
@@ -32,16 +33,13 @@ from valuelens.config import DEFAULT_MAX_LENGTH
 from valuelens.inputs import check_texts
 from valuelens_sentence_transformers.precision import asks_dtype
 
-__all__ = ["LAYER_VECTORS_KEY", "SPAN_KEY", "ValueTransformer"]
+__all__ = ["BATCH_KEY", "LAYER_VECTORS_KEY", "ValueTransformer"]
 
-#: ``features`` key of the pooled token span ``[B, 2]`` (start, end) of each text.
-SPAN_KEY = "valuelens_span"
+#: ``features`` key of the core's tokenized batch (a ``valuelens.tokenization.Batch``: pooled spans and
+#: whatever the spec's forward edits need), read by the core's capture.
+BATCH_KEY = "valuelens_batch"
 #: ``features`` key of the captured per-layer vectors (per readout of the encoder, a list of ``[B, F]`` tensors).
 LAYER_VECTORS_KEY = "valuelens_layer_vectors"
-#: ``features`` key of each row's Token Prepending placeholder position ``[B]``.
-MARKER_KEY = "valuelens_marker"
-#: ``features`` key of the rows under Contrastive Prompting's auxiliary prompt (a valuelens ``Batch``).
-AUX_KEY = "valuelens_aux"
 
 
 class ValueTransformer(Transformer):
@@ -114,11 +112,7 @@ class ValueTransformer(Transformer):
         batch = encoder.collate(items)
         features = encoder.model_inputs(batch, batch.input_ids.device)
         del features["use_cache"]
-        features[SPAN_KEY] = torch.stack([batch.span_start, batch.span_end], dim=1)
-        if batch.marker is not None:
-            features[MARKER_KEY] = batch.marker
-        if batch.aux is not None:
-            features[AUX_KEY] = batch.aux
+        features[BATCH_KEY] = batch
         features["modality"] = "text"
         return features
 
@@ -131,21 +125,12 @@ class ValueTransformer(Transformer):
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The host forward, inside a capture; adds the per-layer vectors to ``features``."""
         encoder = self.encoder
-        features = dict(features)  # the caller's dict keeps its span: a second forward pools the same way
-        mask = features["attention_mask"]
-        span = features.pop(SPAN_KEY, None)
-        if span is None:  # features made elsewhere: pool over every real token
-            start = torch.zeros(mask.shape[0], dtype=torch.long, device=mask.device)
-            span = torch.stack([start, torch.full_like(start, mask.shape[1])], dim=1)
-        marker = features.pop(MARKER_KEY, None)
-        aux = features.pop(AUX_KEY, None)
-        aux_heads = encoder.contrast_heads(aux) if aux is not None else None
+        features = dict(features)  # the caller's dict keeps its batch: a second forward pools the same way
+        batch = features.pop(BATCH_KEY, None)  # None for features made elsewhere: every real token is pooled
         # stop_early=False: the layers after the deepest selected one were pruned, nothing is left to skip
-        with encoder.capture(
-            mask, span[:, 0], span[:, 1], stop_early=False, marker=marker, aux_heads=aux_heads
-        ) as session:
+        with encoder.capture(features["attention_mask"], batch, stop_early=False) as session:
             output = super().forward(features, **kwargs)
-        output[LAYER_VECTORS_KEY] = [capture.layer_vectors() for capture in session.captures]
+        output[LAYER_VECTORS_KEY] = session.layer_vectors()
         return output
 
 

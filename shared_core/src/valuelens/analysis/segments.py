@@ -119,9 +119,7 @@ def layer_vectors(
             batch = lead.collate([tokenized[i] for i in chunk])
             inputs = lead.model_inputs(batch, lead.device)
             readouts = [enc.readout for enc in encoders]
-            with lead.capture(
-                inputs["attention_mask"], batch.span_start, batch.span_end, readouts
-            ) as session:
+            with lead.capture(inputs["attention_mask"], batch, readouts) as session:
                 lead.parts.backbone(**inputs)
             rows = torch.tensor(chunk)
             for enc, capture in zip(encoders, session.captures, strict=True):

@@ -30,7 +30,7 @@ from .metrics import (
     undersample_indices,
 )
 from .runner import (
-    Encoder,
+    Embedder,
     ResultsInput,
     TaskResult,
     evaluate,
@@ -61,7 +61,7 @@ __all__ = [
     "KNOWN_TASKS",
     "TASK_KINDS",
     "ClassificationData",
-    "Encoder",
+    "Embedder",
     "LabelledTexts",
     "PairData",
     "ResultsInput",

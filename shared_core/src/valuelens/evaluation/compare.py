@@ -8,7 +8,7 @@ Usage::
     results = evaluate_variants(encoders, tasks)  # {"hs": [stsb, lee], "va": [...], ...}
     timing = time_alone(encoders, tasks[0][0], n=128)
 
-Variants that share a prompt share one forward pass per batch (:class:`valuelens.shared.SharedEncoding`),
+Variants that share a prompt share one forward pass per batch (:class:`valuelens.batching.SharedEncoding`),
 so comparing twenty recipes costs about as much as the distinct prompts among them.
 """
 
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from valuelens import EmbedFilter, Encoder, encode_many
+from valuelens.batching import SharedEncoding
 from valuelens.errors import ConfigError
 from valuelens.loading import build_embed_filter
 from valuelens.presets.resolution import resolve
-from valuelens.shared import SharedEncoding
 from valuelens.variants import Variant
 
 from .report import Timing

@@ -5,7 +5,7 @@ Usage::
     result = evaluate(model, "stsb", limit=500)
     print(results_to_markdown({"wva-L12": [result]}))
 
-``model`` is duck-typed (``Encoder``): ``encode(texts, *, batch_size=32, show_progress=False)`` returning a
+``model`` is duck-typed (``Embedder``): ``encode(texts, *, batch_size=32, show_progress=False)`` returning a
 float ``[n, d]`` array; optional ``encode_query`` / ``encode_document`` (same signature) are used for the
 queries / documents of retrieval and reranking tasks.
 """
@@ -44,7 +44,7 @@ from .tasks import (
 )
 
 __all__ = [
-    "Encoder",
+    "Embedder",
     "ResultsInput",
     "TaskResult",
     "evaluate",
@@ -56,7 +56,7 @@ __all__ = [
 RETRIEVAL_TOP_K = 1000  # mteb keeps the top max(k_values) = 1000 documents per query
 
 
-class Encoder(Protocol):
+class Embedder(Protocol):
     """What ``evaluate`` needs from a model (``encode_query`` / ``encode_document`` are optional)."""
 
     def encode(
@@ -115,7 +115,7 @@ class _EncodeClock:
 
 
 def _encode_unique(
-    model: Encoder,
+    model: Embedder,
     texts: Sequence[str],
     *,
     role: Literal["query", "document"] | None,
@@ -158,7 +158,7 @@ def _encode_unique(
 # --------------------------------------------------------------------------- per kind
 
 
-def _eval_pairs(model: Encoder, data: PairData, kind: TaskKind, kw: dict[str, Any]) -> dict[str, float]:
+def _eval_pairs(model: Embedder, data: PairData, kind: TaskKind, kw: dict[str, Any]) -> dict[str, float]:
     n = len(data.texts1)
     emb = _encode_unique(model, list(data.texts1) + list(data.texts2), role=None, **kw)
     sim = paired_cosine(emb[:n], emb[n:])
@@ -180,19 +180,19 @@ def classification_inputs(data: ClassificationData) -> tuple[list[str], list[Any
     return texts, [data.train.labels[i] for i in union], [[pos[i] for i in rows] for rows in experiments]
 
 
-def _eval_classification(model: Encoder, data: ClassificationData, kw: dict[str, Any]) -> dict[str, float]:
+def _eval_classification(model: Embedder, data: ClassificationData, kw: dict[str, Any]) -> dict[str, float]:
     texts, train_labels, experiments = classification_inputs(data)
     emb = _encode_unique(model, texts, role=None, **kw)
     n = len(train_labels)
     return classification_scores(emb[:n], train_labels, emb[n:], data.test.labels, experiments=experiments)
 
 
-def _eval_clustering(model: Encoder, data: LabelledTexts, kw: dict[str, Any]) -> dict[str, float]:
+def _eval_clustering(model: Embedder, data: LabelledTexts, kw: dict[str, Any]) -> dict[str, float]:
     emb = _encode_unique(model, data.texts, role=None, **kw)
     return clustering_scores(emb, data.labels)
 
 
-def _eval_retrieval(model: Encoder, data: RetrievalData, kw: dict[str, Any]) -> dict[str, float]:
+def _eval_retrieval(model: Embedder, data: RetrievalData, kw: dict[str, Any]) -> dict[str, float]:
     qids, doc_ids = list(data.queries), list(data.corpus)
     q_emb = _encode_unique(model, [data.queries[q] for q in qids], role="query", **kw)
     d_emb = _encode_unique(model, [data.corpus[d] for d in doc_ids], role="document", **kw)
@@ -212,7 +212,7 @@ def _eval_retrieval(model: Encoder, data: RetrievalData, kw: dict[str, Any]) -> 
 
 
 def evaluate(
-    model: Encoder,
+    model: Embedder,
     task: Task | str | os.PathLike[str],
     *,
     split: str = "test",

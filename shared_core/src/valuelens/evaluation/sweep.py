@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from valuelens import Encoder
+from valuelens.batching import SharedEncoding
 from valuelens.io import report_path
-from valuelens.shared import SharedEncoding
 
 from .runner import evaluate
 from .tasks import Task

@@ -1,0 +1,260 @@
+"""The batching driver: texts → sorted, token-budgeted batches → one forward each, for one encoder or
+several sharing passes.
+
+Usage::
+
+    vectors = encode_many([encoder], texts)[0]                 # what encoder.encode(texts) gives
+    va, hs = encode_many([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")], texts)  # one pass a batch
+    shared = SharedEncoding([Encoder(m, t, recipe="va"), Encoder(m, t, recipe="hs")])
+    evaluate(shared.view(0), "stsb"); evaluate(shared.view(1), "stsb")   # one forward pass per batch
+
+Texts are sorted by length (less padding), packed into batches of at most ``batch_size`` texts and
+``max_tokens_per_batch`` padded tokens (:func:`plan_batches`), and the order restored; a prompt with
+several templates (MetaEOL) runs one pass each and averages them. A batch that runs out of memory is
+split in halves and retried, down to one text. Encoders over the same model, tokenizer, prompt,
+``max_length`` and forward edits tokenize once and run one forward per batch for all their readouts;
+e.g. VA, HS and WVA(LT) of an evaluation cost one pass. A :class:`SharedEncoding` view behaves like an
+encoder (``encode(texts, *, batch_size, show_progress)``): the first view asked for a text computes it
+for every encoder at once and later views read the cache.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from valuelens.errors import EncodeOutOfMemoryError
+from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
+from valuelens.readout import Readout, average_passes
+from valuelens.tokenization import TokenizedText
+
+if TYPE_CHECKING:
+    from valuelens.encoder import Encoder
+
+__all__ = ["SharedEncoding", "TruncationWarning", "encode_many", "plan_batches", "run_batches"]
+
+
+class TruncationWarning(UserWarning):
+    """Some texts were longer than ``max_length`` tokens and were cut (the prompt is kept)."""
+
+
+def plan_batches(
+    order: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
+) -> list[list[int]]:
+    """Split ``order`` (text indices, longest first) into batches of at most ``batch_size`` texts and,
+    with ``max_tokens``, at most that many padded tokens (rows × the batch's longest text). A text
+    longer than the budget gets a batch of its own.
+
+    Usage: ``plan_batches([2, 0, 1], lengths=[5, 3, 9], batch_size=32, max_tokens=12)`` → ``[[2], [0, 1]]``.
+    """
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        if current:
+            width = lengths[current[0]]  # the longest: order is longest first
+            full = len(current) == batch_size
+            if full or (max_tokens is not None and (len(current) + 1) * width > max_tokens):
+                batches.append(current)
+                current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def run_batches(
+    encoder: Encoder,
+    items: Sequence[str],
+    readouts: Sequence[Readout],
+    *,
+    batch_size: int,
+    max_tokens_per_batch: int | None = None,
+    progress: tqdm | None = None,
+) -> tuple[list[Tensor], int]:
+    """Embed checked ``items`` for ``readouts`` sharing ``encoder``'s model, tokenizer, prompt and
+    edits. Returns one ``[n, dim]`` tensor per readout and how many texts were truncated."""
+    device = encoder.device
+    if not items:
+        return [torch.zeros((0, r.dimension), dtype=torch.float32, device=device) for r in readouts], 0
+    passes: list[list[Tensor]] = [[] for _ in readouts]
+    n_truncated = 0
+    for template_index in range(encoder.passes):
+        tokenized, truncated = encoder.tokenize(items, template_index)
+        n_truncated = max(n_truncated, truncated)
+        order = sorted(range(len(items)), key=lambda i: -len(tokenized[i].ids))
+        outs = [torch.empty((len(items), r.dimension), dtype=torch.float32, device=device) for r in readouts]
+        lengths = [len(item.ids) for item in tokenized]
+        for chunk in plan_batches(order, lengths, batch_size, max_tokens_per_batch):
+            embedded = _embed_chunk(encoder, tokenized, chunk, readouts)
+            rows = torch.tensor(chunk, device=device)
+            for out, emb in zip(outs, embedded, strict=True):
+                out[rows] = emb.to(device)
+            if progress is not None:
+                progress.update(len(chunk))
+        for collected, out in zip(passes, outs, strict=True):
+            collected.append(out)
+    return [average_passes(collected) for collected in passes], n_truncated
+
+
+def _embed_chunk(
+    encoder: Encoder, tokenized: Sequence[TokenizedText], chunk: list[int], readouts: Sequence[Readout]
+) -> list[Tensor]:
+    """Embed the texts ``chunk`` (indices into ``tokenized``) in one batch; when that runs out of
+    memory, embed each half on its own (recursively), down to one text, which then raises
+    :class:`EncodeOutOfMemoryError` naming its index and length."""
+    try:
+        return encoder.forward(encoder.collate([tokenized[i] for i in chunk]), readouts)
+    except torch.OutOfMemoryError as exc:
+        if len(chunk) == 1:
+            msg = (
+                f"out of memory embedding texts[{chunk[0]}] on its own ({len(tokenized[chunk[0]].ids)} "
+                f"tokens, prompt included) on {encoder.device}: lower max_length (now {encoder.max_length}), "
+                "or load the model in a smaller dtype or on a device with more free memory"
+            )
+            raise EncodeOutOfMemoryError(msg) from exc
+    # retried outside the except block, so the failed attempt's tensors (held by the traceback) are freed
+    if encoder.device.type == "cuda":
+        torch.cuda.empty_cache()
+    half = len(chunk) // 2
+    first = _embed_chunk(encoder, tokenized, chunk[:half], readouts)
+    second = _embed_chunk(encoder, tokenized, chunk[half:], readouts)
+    return [torch.cat(pair) for pair in zip(first, second, strict=True)]
+
+
+def _group_key(encoder: Encoder) -> tuple:
+    """Encoders with equal keys run the same forward passes (same inputs, same edits of the forward)."""
+    prompt = encoder.prompt
+    return (
+        id(encoder.parts.backbone),
+        id(encoder.tokenizer),
+        prompt.templates if prompt else None,
+        encoder.max_length,
+        encoder.edit_plan,
+    )
+
+
+def embed_all(
+    encoders: Sequence[Encoder],
+    items: Sequence[str],
+    *,
+    batch_size: int,
+    show_progress: bool,
+    max_tokens_per_batch: int | Literal["auto"] | None,
+    stacklevel: int,
+) -> list[Tensor]:
+    """The embeddings of checked ``items`` for each encoder (fp32 tensors on its device), one
+    :class:`TruncationWarning` for the call (``stacklevel`` counted from the public caller)."""
+    outputs: list[Tensor | None] = [None] * len(encoders)
+    groups: dict[tuple, list[int]] = {}
+    for i, encoder in enumerate(encoders):
+        groups.setdefault(_group_key(encoder), []).append(i)
+    total_passes = sum(encoders[members[0]].passes for members in groups.values())
+    n_truncated = 0
+    with (
+        tqdm(
+            total=len(items) * total_passes,
+            desc="valuelens",
+            unit="text",
+            disable=not show_progress or not items,
+        ) as progress,
+        torch.inference_mode(),
+    ):
+        for members in groups.values():
+            leader = encoders[members[0]]
+            readouts = [readout for i in members for readout in encoders[i].readouts]
+            results, truncated = run_batches(
+                leader,
+                items,
+                readouts,
+                batch_size=batch_size,
+                max_tokens_per_batch=token_budget(max_tokens_per_batch, leader.device.type),
+                progress=progress,
+            )
+            n_truncated = max(n_truncated, truncated)
+            start = 0
+            for i in members:
+                count = len(encoders[i].readouts)
+                outputs[i] = encoders[i].combine(results[start : start + count])
+                start += count
+    if n_truncated and encoders:
+        warnings.warn(
+            f"{n_truncated} of {len(items)} texts were longer than max_length={encoders[0].max_length} tokens "
+            "and were truncated (the prompt was kept)",
+            TruncationWarning,
+            stacklevel=stacklevel + 1,
+        )
+    return [out for out in outputs if out is not None]
+
+
+def encode_many(
+    encoders: Sequence[Encoder],
+    texts: Sequence[str],
+    *,
+    batch_size: int = 32,
+    normalize: bool = False,
+    show_progress: bool = False,
+    convert_to_tensor: bool = False,
+    max_tokens_per_batch: int | Literal["auto"] | None = "auto",
+) -> list[np.ndarray] | list[Tensor]:
+    """Embed ``texts`` with several encoders, sharing forward passes where they can.
+
+    Returns one ``[n, dimension]`` array (or tensor) per encoder, in order; each equals what the
+    encoder's own :meth:`~valuelens.Encoder.encode` gives.
+    """
+    items, _ = check_texts(texts)
+    check_batch_size(batch_size)
+    check_token_budget(max_tokens_per_batch)
+    tensors = embed_all(
+        encoders,
+        items,
+        batch_size=batch_size,
+        show_progress=show_progress,
+        max_tokens_per_batch=max_tokens_per_batch,
+        stacklevel=2,
+    )
+    if normalize:
+        tensors = [torch.nn.functional.normalize(out, dim=-1) for out in tensors]
+    return tensors if convert_to_tensor else [out.cpu().numpy() for out in tensors]
+
+
+class SharedEncoding:
+    """A text → vectors cache filled by :func:`encode_many` for several encoders at once."""
+
+    def __init__(self, encoders: Sequence[Encoder]) -> None:
+        self.encoders = list(encoders)
+        self._cache: dict[str, list[np.ndarray]] = {}
+
+    def compute(self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False) -> None:
+        texts, _ = check_texts(texts, allow_single=False)
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if not missing:
+            return
+        results = encode_many(self.encoders, missing, batch_size=batch_size, show_progress=show_progress)
+        arrays = [np.asarray(result) for result in results]
+        for row, text in enumerate(missing):
+            self._cache[text] = [array[row] for array in arrays]
+
+    def view(self, index: int) -> _View:
+        return _View(self, index)
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+
+class _View:
+    def __init__(self, shared: SharedEncoding, index: int) -> None:
+        self.shared = shared
+        self.index = index
+        self.encoder = shared.encoders[index]
+
+    def encode(self, texts: list[str], *, batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        self.shared.compute(texts, batch_size=batch_size, show_progress=show_progress)
+        if not texts:
+            return np.zeros((0, self.encoder.dimension), dtype=np.float32)
+        return np.stack([self.shared._cache[t][self.index] for t in texts])
