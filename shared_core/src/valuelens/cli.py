@@ -12,7 +12,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -22,7 +21,6 @@ import numpy as np
 import typer
 
 from valuelens.analysis.commands import register as _register_analysis
-from valuelens.config import EncoderConfig
 from valuelens.embedding_job import (
     DEFAULT_CHUNK_SIZE,
     EmbedJob,
@@ -31,8 +29,9 @@ from valuelens.embedding_job import (
     job_spec,
     read_input,
 )
-from valuelens.errors import ConfigError, ValueLensError
+from valuelens.errors import ValueLensError
 from valuelens.io import check_output, read_vectors
+from valuelens.options import command_spec, fail, layers_arg
 from valuelens.server.command import serve as _serve
 
 app = typer.Typer(
@@ -128,11 +127,6 @@ MaxLenOpt = Annotated[
 ]
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code=2)
-
-
 def _use_threads(threads: str) -> None:
     """Set torch's CPU threads for this command (:func:`valuelens.cpu.parse_threads`)."""
     from valuelens.cpu import parse_threads
@@ -142,10 +136,6 @@ def _use_threads(threads: str) -> None:
         import torch
 
         torch.set_num_threads(count)
-
-
-def _layers_arg(layers: str) -> Any:
-    return int(layers) if layers.lstrip("-").isdigit() else layers
 
 
 def _command() -> str:
@@ -158,32 +148,6 @@ def _note(line: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- commands
-#: Options whose value ``none`` means the field's ``None`` (given, so it overrides a preset's value).
-NONE_OPTIONS = ("prompt", "postprocess")
-
-
-def _command_spec(
-    model: str | None, preset: str | None, config_file: Path | None, **explicit: Any
-) -> EncoderConfig:
-    """The spec of a command: a preset or a JSON config file (not both), then the options given.
-
-    An option left out is ``None`` here (not given); ``--prompt none`` / ``--postprocess none`` give
-    ``None``. A preset and the options given are merged by :func:`valuelens.presets.resolution.resolve`."""
-    from valuelens.presets.resolution import resolve
-
-    if preset is not None and config_file is not None:
-        msg = "pass either --preset or --config, not both"
-        raise ConfigError(msg)
-    given = {k: v for k, v in explicit.items() if v is not None}
-    for name in NONE_OPTIONS:
-        if isinstance(given.get(name), str) and given[name].strip().lower() == "none":
-            given[name] = None
-    if config_file is not None:
-        data = json.loads(Path(config_file).read_text(encoding="utf-8"))
-        return EncoderConfig.from_dict({**data, **given})
-    return resolve(preset, model, given)
-
-
 def _embed(
     input_path: Path,
     output: Path,
@@ -318,12 +282,12 @@ def embed(
     wait in a hidden folder beside it (.OUTPUT.partial) until then, for --resume."""
     try:
         _use_threads(threads)
-        spec = _command_spec(
+        spec = command_spec(
             model,
             preset,
             config_file,
             recipe=recipe,
-            layers=None if layers is None else _layers_arg(layers),
+            layers=None if layers is None else layers_arg(layers),
             prompt=prompt,
             embed_filter=embed_filter,
             max_length=max_length,
@@ -331,7 +295,7 @@ def embed(
             drop_prefix=drop_prefix,
         )
     except (ValueLensError, ValueError, OSError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     settings = {"model": model, **spec.to_dict()}
     if use_ray:
         try:
@@ -349,7 +313,7 @@ def embed(
                 gpus_per_worker=gpus_per_worker,
             )
         except (ValueLensError, ValueError, TypeError, ImportError) as exc:
-            raise _fail(exc) from exc
+            raise fail(exc) from exc
         return
     try:
         _embed(
@@ -369,7 +333,7 @@ def embed(
         typer.secho(f"interrupted: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=128 + exc.signum) from exc
     except (ValueLensError, ValueError, TypeError, OSError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 def _search(embeddings: Path, queries: list[str], k: int, device: str | None = None) -> None:
@@ -400,7 +364,7 @@ def search(
     try:
         _search(embeddings, queries, k, device)
     except (ValueLensError, ValueError, TypeError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 @app.command("eval")
@@ -450,13 +414,13 @@ def eval_(
         probe = load_probe(model, device=device, dtype=dtype)
         encoders = variant_encoders(probe, variants, max_length=max_length)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     results = evaluate_variants(encoders, loaded, split=split, batch_size=batch_size, progress=_note)
     if reference:
         try:
             trained = reference_model()
         except ValueLensError as exc:
-            raise _fail(exc) from exc
+            raise fail(exc) from exc
         results[REFERENCE_LABEL] = [
             evaluate(trained, task, split=split, batch_size=batch_size, limit=n) for task, n in loaded
         ]
@@ -505,7 +469,7 @@ def sweep(
         task_obj = load_task(task)
         sweeper = LayerSweeper(load_probe(model, device=device, dtype=dtype), names, prompt=prompt)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     for result in sweeper.run(
         task_obj, split=split, limit=limit, min_width=min_width, batch_size=batch_size, propose=propose
     ):
@@ -602,12 +566,12 @@ def fit(
     never on the texts a score is reported on. OUT stores the state with the encoder's spec."""
     try:
         _use_threads(threads)
-        spec = _command_spec(
+        spec = command_spec(
             model,
             None,
             config_file,
             recipe=recipe,
-            layers=None if layers is None else _layers_arg(layers),
+            layers=None if layers is None else layers_arg(layers),
             prompt=prompt,
             embed_filter=embed_filter,
             max_length=max_length,
@@ -627,7 +591,7 @@ def fit(
             dtype=dtype,
         )
     except (ValueLensError, ValueError, TypeError, OSError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 @app.command()
@@ -643,13 +607,13 @@ def demo(
         _use_threads("auto")
         typer.echo(f"model: {models.path(model)}")
         output = out_dir / "sentences.parquet"
-        settings = {"model": model, **_command_spec(model, "best", None).to_dict()}
+        settings = {"model": model, **command_spec(model, "best", None).to_dict()}
         typer.echo(f"$ valuelens embed {sample} -o {output} --preset best")
         _embed(sample, output, settings=settings, device=None, dtype=None, batch_size=32)
         typer.echo(f"$ valuelens search {output} " + " ".join(shlex.quote(q) for q in DEMO_QUERIES))
         _search(output, list(DEMO_QUERIES), 3)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 @models_app.command("list")
@@ -674,7 +638,7 @@ def models_pull(
     try:
         typer.echo(models.pull(name, force=force))
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 @models_app.command("path")
@@ -685,7 +649,7 @@ def models_path(name: Annotated[str | None, typer.Argument()] = None) -> None:
     try:
         typer.echo(models.path(name))
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
 
 
 _register_analysis(app)  # valuelens lens | spectrum | segments (valuelens.analysis)

@@ -23,7 +23,7 @@ With μ the mean of the fitting embeddings and C = (X - μ)ᵀ(X - μ) / n = U �
 so that, like standardisation and whitening, every kind outputs coordinates of unit average variance on
 its fitting data. Cosines do not change; a linear classifier with its usual regularisation (scikit-learn's
 ``C=1``) sees features on the scale it expects: without it, centering fused unit vectors left a norm of
-0.35 and cost gemma-3-270m 20 points of Banking77 accuracy (docs/presets/README.md, round 5).
+0.35 and cost gemma-3-270m 20 points of Banking77 accuracy (research/rounds/README.md, round 5).
 
 Statistics are population ones (divided by n), accumulated in fp64 and stored as fp32. Variances
 (σ², and eigenvalues when whitening) are floored at ``eps`` × their mean over dimensions, so a

@@ -21,7 +21,7 @@ The package holds:
   that merges a preset with the fields a caller passed (every surface uses it; ``valuelens.preset_config``).
 
 Every entry was chosen on dev/train splits only; how, and the scores of each round, are in
-``docs/presets/README.md`` (research notes); the test-split scores in ``docs/results.md``.
+``research/rounds/README.md`` (research notes); the test-split scores in ``docs/results.md``.
 
 The data modules import nothing from valuelens but :mod:`valuelens.errors`, so :mod:`valuelens.layers`
 and :mod:`valuelens.postprocess` read them without an import cycle; the resolution module sits above

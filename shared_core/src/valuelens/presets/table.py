@@ -4,7 +4,7 @@ named spec. Data only (no valuelens imports), so that :mod:`valuelens.layers` an
 
 Usage: ``PRESETS[("llama", 30, 576)]["best"]`` → the fields of SmolLM2-135M's ``preset="best"``.
 
-How each entry was chosen (dev splits only) and its scores: ``docs/presets/README.md``.
+How each entry was chosen (dev splits only) and its scores: ``research/rounds/README.md``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 #: ``"generic"``: :data:`GENERIC` for every model.
 PRESET_NAMES = ("best", "sts", "generic")
 
-#: Per model: the preset name → the spec's fields (round history and scores: docs/presets/README.md).
+#: Per model: the preset name → the spec's fields (round history and scores: research/rounds/README.md).
 PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
     # SmolLM2-135M: round 8 (best), round 6 (sts)
     ("llama", 30, 576): {

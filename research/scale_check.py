@@ -2,14 +2,14 @@
 
 Usage::
 
-    OMP_NUM_THREADS=1 python tools/scale_check.py --model gemma3-270m --presets best,sts \
+    OMP_NUM_THREADS=1 python research/scale_check.py --model gemma3-270m --presets best,sts \
         --tasks banking77,emotion --rms 0.0117,0.3,1,3
 
 Embeds each task's seeded sample (``--limit``, the one ``valuelens eval TASK:LIMIT`` scores) once per
 preset, multiplies every vector by one number so that the root-mean-square coordinate over the sample
 is each ``--rms`` value (cosines unchanged), and prints mteb's logistic-regression accuracy for each.
 It shows how much a linear classifier with its usual regularisation (``C=1``) depends on the output
-scale; docs/presets/README.md, round 5.
+scale; research/rounds/README.md, round 5.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Usage::
 
-    OMP_NUM_THREADS=1 python tools/probe_punctuation.py /tmp/cache/smol devall,train,lee strip,period
+    OMP_NUM_THREADS=1 python research/probe_punctuation.py /tmp/cache/smol devall,train,lee strip,period
 
-Embeds the texts of cached sets (``tools/embed_cache.py``) with SmolLM2's round-6 specs after each
+Embeds the texts of cached sets (``research/embed_cache.py``) with SmolLM2's round-6 specs after each
 normalization (``strip``: trailing ``.!?`` removed; ``period``: a period added where no ``.!?`` ends the
-text) and writes ``CACHE/NAME-MODE.SET.npy`` next to the originals, for ``tools/score_cache.py``.
+text) and writes ``CACHE/NAME-MODE.SET.npy`` next to the originals, for ``research/score_cache.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Score combinations of cached raw embeddings (``tools/embed_cache.py``) offline: prompt-pass
+"""Score combinations of cached raw embeddings (``research/embed_cache.py``) offline: prompt-pass
 averages, fusion weights and post-processings fitted on different unlabeled corpora.
 
 Usage::
 
-    python tools/score_cache.py /tmp/cache/smollm2 "awva-fe" "awva-fe+awva-pe" "awva-fe|va-fe:0.7" \
+    python research/score_cache.py /tmp/cache/smollm2 "awva-fe" "awva-fe+awva-pe" "awva-fe|va-fe:0.7" \
         --post none,abtt:2@train,abtt:2@train+fitdocs --sets dev,lee
 
 A combination is ``A+B`` (prompt passes averaged, as a multi-template prompt does) or ``A|B:w``
@@ -76,7 +76,7 @@ def fit_post(cache: Path, combo: str, post: str, **extra: object) -> Postprocess
     kind, _, k = kind_k.partition(":")
     fit_vecs = np.concatenate([combine(cache, combo, c) for c in corpus.split("+")])
     kw = {("dim" if kind == "whiten" else "k"): int(k)} if k else {}  # whiten:N keeps N dims
-    fitted_on = f"{len(fit_vecs)} texts of tools/embed_cache.py sets {corpus}"
+    fitted_on = f"{len(fit_vecs)} texts of research/embed_cache.py sets {corpus}"
     return Postprocess.fit(fit_vecs, kind=kind, **kw, fitted_on=fitted_on, **extra)
 
 

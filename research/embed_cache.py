@@ -2,7 +2,7 @@
 
 Usage::
 
-    OMP_NUM_THREADS=1 python tools/embed_cache.py --model smollm2-135m --specs specs.json --out /tmp/cache/smollm2 \
+    OMP_NUM_THREADS=1 python research/embed_cache.py --model smollm2-135m --specs specs.json --out /tmp/cache/smollm2 \
         --sets dev,train,lee,fitdocs [--sets test]
 
 ``specs.json`` maps a name to an ``EncoderConfig`` dict without ``postprocess`` (the raw vectors are
@@ -10,7 +10,7 @@ what a post-processing is fitted on). Specs that share a forward pass run togeth
 (:func:`valuelens.encode_many`). Each set is written as ``OUT/NAME.SET.npy`` (float32, un-normalized)
 with ``OUT/SET.json`` holding the texts (and, for STS sets, the pair indices and gold scores).
 
-Sets: ``dev`` (a seeded 600-pair sample of STS-B dev, the one ``tools/tune_presets.py`` uses),
+Sets: ``dev`` (a seeded 600-pair sample of STS-B dev, the one ``research/tune_presets.py`` uses),
 ``devall`` (all 1500 STS-B dev pairs),
 ``train`` (2000 seeded STS-B train sentences, unlabeled), ``trainall`` (every distinct STS-B train
 sentence, unlabeled), ``test`` (all STS-B test pairs),
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tune_presets import stsb_pairs, train_sentences  # tools/ is on sys.path when run as a script
+from tune_presets import stsb_pairs, train_sentences  # research/ is on sys.path when run as a script
 
 from valuelens import Encoder, EncoderConfig, encode_many, models
 from valuelens.evaluation.tasks import find_set, read_jsonl
@@ -66,7 +66,7 @@ def _pairs_set(rows: list[tuple[str, str, float]]) -> dict:
 
 
 def _sts(split: str, limit: int | None) -> dict:
-    s1, s2, gold = stsb_pairs(split, limit)  # the sample tools/tune_presets.py scores
+    s1, s2, gold = stsb_pairs(split, limit)  # the sample research/tune_presets.py scores
     return _pairs_set(list(zip(s1, s2, gold.tolist(), strict=True)))
 
 

@@ -1,11 +1,11 @@
 """Score two cached combinations, each under its own post-processing, fused at several weights.
 
-``tools/score_cache.py`` fuses first and post-processes the concatenation; here each part is
+``research/score_cache.py`` fuses first and post-processes the concatenation; here each part is
 post-processed apart before the fusion.
 
 Usage::
 
-    python tools/fuse_posted.py /tmp/cache/smol-ef "awva-fesent-dp|va-fesent:0.3~abtt:4@train" \
+    python research/fuse_posted.py /tmp/cache/smol-ef "awva-fesent-dp|va-fesent:0.3~abtt:4@train" \
         "awva-fesent-dp|ava-fesent-ef2:0.3~center@train" --weights 0,0.5,1,1.5,2 --sets devall,lee
 
 Each part is ``COMBO~POST`` in ``score_cache.py``'s grammar (``~none`` or no ``~``: raw), its
@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from score_cache import (  # tools/ on sys.path as a script
+from score_cache import (  # research/ on sys.path as a script
     combine,
     cosines,
     fit_post,

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/tune_presets.py --model smollm2-135m --grid grids/smollm2.json --out docs/presets/smollm2-135m-dev.json
+    python research/tune_presets.py --model smollm2-135m --grid grids/smollm2.json --out research/rounds/smollm2-135m-dev.json
 
 The grid is a JSON list of ``EncoderConfig`` dicts (``"postprocess"`` may name a kind such as
 ``"abtt:1"``, fitted here on STS-B **train** sentences). Specs that share a forward pass run together

@@ -1,0 +1,185 @@
+"""The ``valuelens serve`` command (registered by :mod:`valuelens.cli`).
+
+Startup: the spec and the limits are checked, the port is bound, the model is loaded, then uvicorn
+serves (``/ready`` turns 200 after one warm-up encode). Every startup failure is one ``error:`` line
+on stderr and exit 2. SIGTERM / SIGINT: uvicorn stops accepting, the accepted requests finish, the
+batcher's queue drains, exit 0. FastAPI and uvicorn (the ``serve`` extra) are imported only here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from valuelens.errors import ValueLensError
+from valuelens.options import command_spec, fail, layers_arg
+
+__all__ = ["serve"]
+
+EXTRA_HINT = "valuelens serve needs the serve extra: pip install 'valuelens[serve]'"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (before the model loads, so a taken port fails at once)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", help="Bundled model name, local folder or hub id (default: smollm2-135m)."
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="A named spec for the model: best, sts, generic.")
+    ] = None,
+    config_file: Annotated[Path | None, typer.Option("--config", help="A JSON EncoderConfig.")] = None,
+    recipe: Annotated[str | None, typer.Option(help="Recipe (default: va, or the preset's).")] = None,
+    layers: Annotated[
+        str | None, typer.Option(help="Layers: auto, all, half, last, band, 20-27, 3,5,7.")
+    ] = None,
+    prompt: Annotated[str | None, typer.Option(help="Prompt: prompteol, ..., a template, or 'none'.")] = None,
+    embed_filter: Annotated[float | None, typer.Option("--embed-filter", help="EmbedFilter tau.")] = None,
+    postprocess: Annotated[
+        str | None, typer.Option(help="A fitted post-processing state; 'none' turns a preset's off.")
+    ] = None,
+    drop_prefix: Annotated[bool | None, typer.Option("--drop-prefix/--no-drop-prefix")] = None,
+    max_length: Annotated[int | None, typer.Option(min=1, help="Token limit per text (default 512).")] = None,
+    served_name: Annotated[
+        str | None, typer.Option(help="The model name clients send (default: the --model string).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to bind (127.0.0.1: this machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="VALUELENS_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/ routes."),
+    ] = None,
+    max_batch_tokens: Annotated[int, typer.Option(min=1, help="Token budget of one packed batch.")] = 4096,
+    max_wait_ms: Annotated[float, typer.Option(min=0, help="Wait for more requests before a batch.")] = 5.0,
+    max_queue: Annotated[int, typer.Option(min=1, help="Unfinished requests; more get 503.")] = 256,
+    max_inputs: Annotated[int, typer.Option(min=1, help="Inputs per request.")] = 2048,
+    max_input_tokens: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per input (default: the encoder's max length).")
+    ] = None,
+    truncate: Annotated[
+        bool, typer.Option("--truncate/--no-truncate", help="Cut inputs over --max-input-tokens (else 400).")
+    ] = False,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Request body size limit.")] = 16 * 1024 * 1024,
+    request_timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request; then 504.")] = 60.0,
+    allow_token_ids: Annotated[
+        bool,
+        typer.Option("--allow-token-ids", help="Accept token arrays (decoded with the model's tokenizer)."),
+    ] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", help="Allow this browser origin (repeatable; default: none)."),
+    ] = None,
+    normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalize.")] = True,
+    device: Annotated[
+        str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: cuda if available).")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16.")] = None,
+    threads: Annotated[str, typer.Option(help="CPU threads: auto, torch or a number.")] = "auto",
+) -> None:
+    """Serve the encoder over HTTP as an OpenAI-compatible embeddings API (POST /v1/embeddings)."""
+    from valuelens.cpu import parse_threads
+    from valuelens.server.limits import Limits
+
+    try:
+        count = parse_threads(threads)
+        spec = command_spec(
+            model,
+            preset,
+            config_file,
+            recipe=recipe,
+            layers=None if layers is None else layers_arg(layers),
+            prompt=prompt,
+            embed_filter=embed_filter,
+            max_length=max_length,
+            postprocess=postprocess,
+            drop_prefix=drop_prefix,
+        )
+        limits = Limits(
+            max_batch_tokens=max_batch_tokens,
+            max_wait_ms=max_wait_ms,
+            max_queue=max_queue,
+            max_inputs=max_inputs,
+            max_input_tokens=max_input_tokens,
+            truncate=truncate,
+            max_body_bytes=max_body_bytes,
+            request_timeout=request_timeout,
+            allow_token_ids=allow_token_ids,
+        )
+    except (ValueLensError, ValueError, OSError) as exc:  # json's errors are ValueErrors
+        where = f"{config_file}: " if config_file is not None and not isinstance(exc, ValueLensError) else ""
+        raise fail(f"{where}{exc}") from exc
+    try:
+        import uvicorn
+
+        from valuelens.server.app import create_app
+    except ImportError as exc:
+        raise fail(f"{EXTRA_HINT} ({exc})") from exc
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        if count is not None:
+            import torch
+
+            torch.set_num_threads(count)
+        from valuelens import Encoder, models
+
+        encoder = Encoder.from_pretrained(model, device=device, dtype=dtype, **spec.to_dict())
+        name = served_name or model or models.DEFAULT_MODEL
+        app = create_app(
+            encoder,
+            served_name=name,
+            limits=limits,
+            api_key=api_key or None,
+            cors_origins=cors_origin or (),
+            normalize=normalize,
+        )
+    except (ValueLensError, ValueError, TypeError, OSError) as exc:
+        sock.close()
+        raise fail(exc) from exc
+    bound_host, bound_port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
+    server = _server_class(uvicorn)(config)
+    typer.echo(
+        f"valuelens serve: {name!r} ({encoder.dimension} dims) on http://{bound_host}:{bound_port} "
+        f"(pid {os.getpid()})",
+        err=True,
+    )
+    server.run(sockets=[sock])
+    if not server.started:
+        raise typer.Exit(code=1)
+    sys.stderr.flush()
+
+
+def _server_class(uvicorn: Any) -> Any:
+    """uvicorn's Server, minus re-raising the stopping signal after its graceful shutdown (exit 0)."""
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()
+
+    return Server

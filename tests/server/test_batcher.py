@@ -1,0 +1,188 @@
+"""The batcher and the app in process, with a fake slow encoder: round-robin packing, queue full (503 with
+Retry-After), timeouts (504), encoder failures, readiness before the warm-up."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tiny_models import build_tokenizer
+from valuelens.server.batcher import Batcher, QueueFull
+from valuelens.server.limits import Limits
+
+DIM = 4
+
+
+class FakeEncoder:
+    """Row i of a batch is ``[len(text), 1, 0, 0]``; ``gate`` holds every encode until it is set."""
+
+    def __init__(self) -> None:
+        self.tokenizer = build_tokenizer()
+        self.dimension = DIM
+        self.max_length = 64
+        self.gate = threading.Event()
+        self.gate.set()
+        self.batches: list[list[str]] = []
+        self.fail = False
+
+    def encode(self, texts, batch_size=32, normalize=False, **kwargs):
+        assert self.gate.wait(30)
+        if self.fail:
+            raise RuntimeError("boom")
+        self.batches.append(list(texts))
+        return np.array([[len(t), 1.0, 0.0, 0.0] for t in texts], dtype=np.float32)
+
+
+def test_round_robin_slices_do_not_starve_a_small_request():
+    fake = FakeEncoder()
+    fake.gate.clear()
+    limits = Limits(max_batch_tokens=16, max_wait_ms=0, slice_size=4)
+    batcher = Batcher(lambda texts: fake.encode(texts), limits)
+    batcher.start()
+    try:
+        blocker = batcher.submit(["warm"], [1])  # holds the worker while the others queue
+        time.sleep(0.05)
+        big = batcher.submit([f"b{i}" for i in range(40)], [1] * 40)
+        small = batcher.submit(["s0", "s1"], [1, 1])
+        fake.gate.set()
+        assert small.future.result(10).shape == (2, DIM)
+        rows = big.future.result(10)
+        assert blocker.future.result(10).shape == (1, DIM)
+    finally:
+        batcher.close(10)
+    assert rows[:, 0].tolist() == [len(f"b{i}") for i in range(40)]
+    second = fake.batches[1]
+    assert second[:4] == ["b0", "b1", "b2", "b3"] and "s0" in second  # the small one rode in the first batch
+    assert max(len(b) for b in fake.batches) <= 16
+    assert batcher.depth == 0
+
+
+def test_queue_full_is_refused_and_close_drains():
+    fake = FakeEncoder()
+    fake.gate.clear()
+    batcher = Batcher(lambda texts: fake.encode(texts), Limits(max_queue=2, max_wait_ms=0))
+    batcher.start()
+    first, second = batcher.submit(["a"], [1]), batcher.submit(["b"], [1])
+    with pytest.raises(QueueFull, match="2 requests"):
+        batcher.submit(["c"], [1])
+    fake.gate.set()
+    batcher.close(10)
+    assert first.future.result(1)[0, 0] == 1 and second.future.done()
+
+
+def test_an_encoder_error_reaches_every_request_of_the_batch():
+    fake = FakeEncoder()
+    fake.fail = True
+    batcher = Batcher(lambda texts: fake.encode(texts), Limits(max_wait_ms=0))
+    batcher.start()
+    try:
+        job = batcher.submit(["a", "b"], [1, 1])
+        with pytest.raises(RuntimeError, match="boom"):
+            job.future.result(10)
+    finally:
+        batcher.close(10)
+    assert batcher.depth == 0
+
+
+# ---------------------------------------------------------------------------------------- the app
+@pytest.fixture
+def client_for():
+    from fastapi.testclient import TestClient
+
+    from valuelens.server.app import create_app
+
+    opened = []
+
+    def make(fake, *, cors_origins=(), api_key=None, **limits):
+        app = create_app(
+            fake, served_name="fake", limits=Limits(**limits), cors_origins=cors_origins, api_key=api_key
+        )
+        client = TestClient(app)
+        client.__enter__()
+        opened.append((client, fake))
+        return client
+
+    yield make
+    for client, fake in opened:
+        fake.gate.set()
+        client.__exit__(None, None, None)
+
+
+def _shape(response):
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    return body["error"]
+
+
+def test_queue_full_is_503_with_retry_after(client_for):
+    fake = FakeEncoder()
+    fake.gate.clear()
+    client = client_for(fake, max_queue=1)  # the warm-up holds the only place
+    assert client.get("/ready").status_code == 503
+    assert client.get("/health").status_code == 200
+    response = client.post("/v1/embeddings", json={"model": "fake", "input": "hello"})
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "queue is full" in _shape(response)["message"]
+    fake.gate.set()
+    for _ in range(100):
+        if client.get("/ready").status_code == 200:
+            break
+        time.sleep(0.05)
+    assert client.post("/v1/embeddings", json={"model": "fake", "input": "hello"}).status_code == 200
+
+
+def test_a_slow_request_is_504(client_for):
+    fake = FakeEncoder()
+    fake.gate.clear()
+    client = client_for(fake, request_timeout=0.3)
+    response = client.post("/v1/embeddings", json={"model": "fake", "input": ["a", "b"]})
+    assert response.status_code == 504
+    assert "request-timeout" in _shape(response)["message"]
+
+
+def test_encoder_failure_is_500_in_openai_shape(client_for):
+    fake = FakeEncoder()
+    client = client_for(fake)
+    fake.fail = True
+    response = client.post("/v1/embeddings", json={"model": "fake", "input": "x"})
+    assert response.status_code == 500
+    assert "boom" in _shape(response)["message"]
+
+
+def test_truncate_cuts_long_inputs_and_says_so(client_for):
+    fake = FakeEncoder()
+    client = client_for(fake, max_input_tokens=4, truncate=True)
+    long = "The cat sits on the mat. " * 10
+    response = client.post("/v1/embeddings", json={"model": "fake", "input": [long, "cat", long]})
+    assert response.status_code == 200, response.text
+    assert response.headers["X-Truncated-Inputs"] == "2"
+    assert response.json()["usage"]["prompt_tokens"] <= 4 + 4 + len(fake.tokenizer("cat")["input_ids"])
+    assert fake.batches[-1][0] != long and len(fake.batches[-1][0]) < len(long)
+
+
+def test_cors_is_off_unless_an_origin_is_given(client_for):
+    preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
+    closed = client_for(FakeEncoder())
+    assert "access-control-allow-origin" not in closed.options("/v1/embeddings", headers=preflight).headers
+    opened = client_for(FakeEncoder(), cors_origins=["http://app.example"])
+    response = opened.options("/v1/embeddings", headers=preflight)
+    assert response.headers["access-control-allow-origin"] == "http://app.example"
+
+
+def test_the_api_key_guards_v1_routes_only(client_for):
+    client = client_for(FakeEncoder(), api_key="s3cret")
+    assert client.get("/v1/models").status_code == 401
+    assert client.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert client.get("/v1/models", headers={"Authorization": "Basic s3cret"}).status_code == 401
+    assert client.get("/health").status_code == 200
+
+
+def test_limits_are_checked():
+    with pytest.raises(ValueError, match="max_queue"):
+        Limits(max_queue=0)
+    with pytest.raises(ValueError, match="request_timeout"):
+        Limits(request_timeout=0)
