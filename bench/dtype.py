@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 import warnings
@@ -25,8 +23,9 @@ from typing import Any
 
 import torch
 
+from bench.child import run_child
 from bench.measure import MemoryMeter
-from bench.texts import ROOT, length_mix
+from bench.texts import length_mix
 
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"]
 DTYPES = ["float32", "bfloat16"]
@@ -100,20 +99,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]] | None:
     results = []
     for model in args.models.split(","):
         for dtype in args.dtypes.split(","):
-            command = [sys.executable, "-m", "bench.dtype", "--one", model, dtype]
+            command = ["-m", "bench.dtype", "--one", model, dtype]
             command += [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
             command += [f"--threads={args.threads}"] if args.threads else []
-            env = {
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-            }
-            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-            lines = done.stdout.strip().splitlines()
-            if done.returncode == 0 and lines:
-                result = json.loads(lines[-1])
-            else:
-                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                result = {"model": model, "dtype": dtype, "failed": f"rc={done.returncode}: {tail}"}
+            result = run_child(command)
+            if "failed" in result:
+                result = {"model": model, "dtype": dtype, **result}
             results.append(result)
             print(
                 f"  {model} {dtype}: {result.get('texts_per_s', result.get('failed'))}",

@@ -29,8 +29,6 @@ import argparse
 import contextlib
 import gc
 import json
-import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -40,9 +38,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench.child import run_child
 from bench.measure import MemoryMeter, max_rss_mib
 from bench.shapes import build_random_model, shape_config
-from bench.texts import ROOT
 
 SHAPE = "llama-2-7b"
 ROWS = ["bare-truncated", "va", "aligned-wva", "hidden-states"]
@@ -209,19 +207,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     results = []
     for row in args.rows.split(","):
-        command = [sys.executable, "-m", "bench.memory_7b", "--one", row]
-        command += [f"--{k}={v}" for k, v in options.items()]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-        lines = done.stdout.strip().splitlines()
-        if done.returncode == 0 and lines:
-            result = json.loads(lines[-1])
-        else:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            result = {"row": row, "failed": f"rc={done.returncode}: {tail}"}
+        result = run_child(
+            ["-m", "bench.memory_7b", "--one", row, *(f"--{k}={v}" for k, v in options.items())]
+        )
+        if "failed" in result:
+            result = {"row": row, **result}
         results.append(result)
         print(f"  {row}: {result.get('peak_mib', result.get('failed'))}", file=sys.stderr, flush=True)
     report = {"options": options, "rows": results}

@@ -21,12 +21,9 @@ import contextlib
 import dataclasses
 import gc
 import inspect
-import json
 import os
 import platform
 import re
-import subprocess
-import sys
 import tempfile
 import time
 import warnings
@@ -36,9 +33,10 @@ from typing import Any
 
 import torch
 
+from bench.child import run_child
 from bench.measure import MemoryMeter, synchronize
 from bench.shapes import build_random_model, random_tokenizer, random_unembedding, shape_config
-from bench.texts import ROOT, length_mix
+from bench.texts import length_mix
 
 __all__ = [
     "ROWS",
@@ -720,24 +718,11 @@ def _first_line(exc: BaseException) -> str:
 
 def _in_child(settings: Settings, key: str) -> dict[str, Any]:
     """Measure ``key`` in a fresh ``python -m bench --one-row`` process."""
-    command = [sys.executable, "-m", "bench", *settings.argv(), "--one-row", key]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        return json.loads(lines[-1])
+    result = run_child(["-m", "bench", *settings.argv(), "--one-row", key])
+    if "failed" not in result:
+        return result
     row = get_row(key, settings.batch_size)
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {
-        "key": key,
-        "label": row.label,
-        "group": row.group,
-        "status": "failed",
-        "note": f"rc={done.returncode}: {tail}",
-    }
+    return {"key": key, "label": row.label, "group": row.group, "status": "failed", "note": result["failed"]}
 
 
 def run_suite(

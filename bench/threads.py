@@ -24,7 +24,8 @@ import sys
 import time
 from typing import Any
 
-from bench.texts import ROOT, length_mix
+from bench.child import run_child
+from bench.texts import length_mix
 
 SETTINGS = ["default", "1", "share", "auto"]
 BUSY_LOOP = "while True: pass"
@@ -53,14 +54,11 @@ def run_one(model: str, setting: str, texts: int) -> dict[str, Any]:
 
 
 def _child(model: str, setting: str, texts: int) -> dict[str, Any]:
-    code = (
-        "import json, sys; from bench.threads import run_one; "
-        f"print(json.dumps(run_one({model!r}, {setting!r}, {texts})))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=900
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    code = f"import json; from bench.threads import run_one; print(json.dumps(run_one({model!r}, {setting!r}, {texts})))"
+    result = run_child(["-c", code], timeout=900)
+    if "failed" in result:
+        raise RuntimeError(f"bench.threads {setting}: {result['failed']}")
+    return result
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

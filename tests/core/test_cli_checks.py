@@ -113,3 +113,11 @@ def test_check_output_accepts_a_new_nested_folder(tmp_path):
     check_output(tmp_path / "a" / "b" / "v.parquet")  # created when written
     with pytest.raises(ValueLensError, match="unsupported output"):
         check_output(tmp_path / "v")
+
+
+def test_eval_and_sweep_check_the_split_and_recipes_before_any_model_loads(no_model_load):
+    """Before: ``eval stsb --split nosplit`` printed a traceback after loading the model, and ``sweep
+    --recipe bogus`` loaded the model before refusing the recipe."""
+    _one_line_error(runner.invoke(app, ["eval", "stsb", "--split", "nosplit"]), "no split 'nosplit'", "'dev'")
+    _one_line_error(runner.invoke(app, ["sweep", "stsb", "--split", "nosplit"]), "no split 'nosplit'")
+    _one_line_error(runner.invoke(app, ["sweep", "stsb", "--recipe", "va,bogus"]), "unknown recipe 'bogus'")

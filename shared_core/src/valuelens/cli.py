@@ -32,6 +32,7 @@ from valuelens.embedding_job import (
 from valuelens.errors import ValueLensError
 from valuelens.io import check_output, read_vectors
 from valuelens.options import command_spec, fail, layers_arg
+from valuelens.recipes import get_recipe
 from valuelens.server.command import serve as _serve
 
 app = typer.Typer(
@@ -411,6 +412,8 @@ def eval_(
         _use_threads(threads)
         variants = parse_variants(recipes)
         loaded = [(load_task(name), n) for name, n in (parse_task_spec(t, limit) for t in tasks)]
+        for task, _ in loaded:
+            task.check_split(split)  # before the model loads
         probe = load_probe(model, device=device, dtype=dtype)
         encoders = variant_encoders(probe, variants, max_length=max_length)
     except (ValueLensError, ValueError) as exc:
@@ -467,6 +470,9 @@ def sweep(
     try:
         _use_threads(threads)
         task_obj = load_task(task)
+        task_obj.check_split(split)
+        for name in names:
+            get_recipe(name)  # an unknown recipe fails before the model loads
         sweeper = LayerSweeper(load_probe(model, device=device, dtype=dtype), names, prompt=prompt)
     except (ValueLensError, ValueError) as exc:
         raise fail(exc) from exc

@@ -30,6 +30,7 @@ __all__ = [
     "build_embed_filter",
     "check_load_options",
     "check_loaded",
+    "checkpoint_folder",
     "default_dtype",
     "load_model",
     "prune_layers",
@@ -196,21 +197,27 @@ def _cut_config(text_config: Any, keep: int) -> None:
         text_config.layer_types = list(text_config.layer_types)[:keep]
 
 
+def checkpoint_folder(model: nn.Module, fix: str) -> str:
+    """The folder ``model`` was loaded from, to read its unembedding matrix (W_U) when the loaded
+    backbone holds none (no LM head, embeddings not tied); ``ConfigError`` ending in ``fix`` if unknown."""
+    source = getattr(getattr(model, "config", None), "_name_or_path", None)
+    if not source or not os.path.isdir(source):
+        msg = (
+            f"{type(model).__name__} has no LM head, its embeddings are not tied to one, and the checkpoint "
+            f"folder it came from is unknown: {fix}"
+        )
+        raise ConfigError(msg)
+    return source
+
+
 def build_embed_filter(model: nn.Module, tau: float, offset: int = 0) -> EmbedFilter:
     """EmbedFilter from the model's own W_U (LM head or tied embeddings), else from the checkpoint
     folder it was loaded from (only the head is read)."""
     try:
         return EmbedFilter.from_model(model, tau=tau, offset=offset)
     except ConfigError:
-        source = getattr(getattr(model, "config", None), "_name_or_path", None)
-        if not source or not os.path.isdir(source):
-            msg = (
-                f"embed_filter needs the unembedding matrix (LM head) of {type(model).__name__}: its "
-                "embeddings are not tied to the head and the checkpoint folder is unknown; build the "
-                "filter with EmbedFilter.from_model(path, tau=...) and pass it as embed_filter="
-            )
-            raise ConfigError(msg) from None
-        return EmbedFilter.from_model(source, tau=tau, offset=offset)
+        fix = "build the filter with EmbedFilter.from_model(path, tau=...) and pass it as embed_filter="
+        return EmbedFilter.from_model(checkpoint_folder(model, fix), tau=tau, offset=offset)
 
 
 def resolve_config(

@@ -10,7 +10,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 from valuelens.embed_filter import load_unembedding, unembedding_weight
 from valuelens.errors import ConfigError
 from valuelens.io import report_path
+from valuelens.loading import checkpoint_folder
 
 __all__ = ["figure", "layers_label", "md_token", "token_label", "unembedding", "write_report"]
 
@@ -33,14 +33,7 @@ def unembedding(model: nn.Module) -> Tensor:
     try:
         weight = unembedding_weight(model)
     except ConfigError:
-        source = getattr(getattr(model, "config", None), "_name_or_path", None)
-        if not source or not os.path.isdir(source):
-            msg = (
-                f"{type(model).__name__} has no LM head, its embeddings are not tied to one, and the "
-                "checkpoint folder it came from is unknown: load it from a folder or a bundled model name"
-            )
-            raise ConfigError(msg) from None
-        weight = load_unembedding(source)
+        weight = load_unembedding(checkpoint_folder(model, "load it from a folder or a bundled model name"))
     return weight.detach().to(torch.float32)
 
 

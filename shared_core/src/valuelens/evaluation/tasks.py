@@ -215,6 +215,12 @@ class Task:
     main_metric: str
     description: str = ""
 
+    def check_split(self, split: str) -> None:
+        """Raise ``ValueError`` naming the valid splits unless the task has ``split``."""
+        if split not in self.splits:
+            msg = f"task {self.name!r} has no split {split!r}; valid splits: {list(self.splits)}"
+            raise ValueError(msg)
+
     def load(self, split: str = "test", *, limit: int | None = None) -> TaskData:
         """Read ``split``; ``limit`` caps its size with a sample seeded by ``SEED`` (see ``_subsample``).
 
@@ -223,9 +229,7 @@ class Task:
         kept queries' relevant documents topped up with random others to ``limit * RETRIEVAL_DOCS_PER_QUERY``
         documents; reranking keeps ``limit`` queries (with their unchanged candidates).
         """
-        if split not in self.splits:
-            msg = f"task {self.name!r} has no split {split!r}; valid splits: {list(self.splits)}"
-            raise ValueError(msg)
+        self.check_split(split)
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             msg = f"limit must be a positive int or None, got {limit!r}"
             raise ValueError(msg)
