@@ -166,6 +166,9 @@ class State:
             if item == "":
                 msg = f"input[{i}] is an empty string: every input needs text"
                 raise APIError(400, msg, param="input", code="invalid_input")
+            if not _is_unicode(item):
+                msg = f"input[{i}] is not valid Unicode (it holds a lone surrogate such as \\ud800)"
+                raise APIError(400, msg, param="input", code="invalid_input")
         return list(raw), None
 
     def texts_from_ids(self, arrays: list[list[int]]) -> list[str]:
@@ -286,6 +289,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8 (JSON's ``"\\ud800"`` escapes decode to lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _is_json(content_type: str | None) -> bool:
+    """``application/json`` or a ``+json`` type (parameters such as ``charset`` ignored)."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
 def _encode_row(row: np.ndarray, fmt: str) -> Any:
     if fmt == "base64":
         return base64.b64encode(np.ascontiguousarray(row, dtype="<f4").tobytes()).decode("ascii")
@@ -294,6 +312,10 @@ def _encode_row(row: np.ndarray, fmt: str) -> Any:
 
 async def _read_json(request: Request, limit: int) -> Any:
     too_large = f"the request body is over this server's limit of {limit} bytes (max-body-bytes)"
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not _is_json(content_type):
+        msg = f"the request body must be JSON (Content-Type: application/json), got Content-Type {content_type!r}"
+        raise APIError(415, msg, code="unsupported_media_type")
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise APIError(413, too_large, code="request_too_large")
@@ -307,6 +329,9 @@ async def _read_json(request: Request, limit: int) -> Any:
         return json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        msg = "the request body is not valid JSON for this server: it is nested too deeply"
+        raise APIError(400, msg, code="invalid_json") from exc
 
 
 def create_app(

@@ -4,7 +4,8 @@ Each request is a :class:`Job` of texts (with their token counts). The worker ta
 waits at most ``max_wait_ms`` for more, then packs a batch round-robin across the queued jobs, one
 slice (at most ``slice_size`` texts) per job and turn, up to ``max_batch_tokens`` tokens, so a huge
 request does not starve small ones. It calls ``encode`` on the packed texts off the event loop and
-scatters the rows back to each job; a job's future resolves once all its rows are in.
+scatters the rows back to each job; a job's future resolves once all its rows are in. With
+``Limits(batching=False)`` (``--no-batching``) a batch holds one job's texts only and nothing waits.
 """
 
 from __future__ import annotations
@@ -137,14 +138,14 @@ class Batcher:
                     progressed = True
                 if job.next >= len(job.texts):
                     self._jobs.remove(job)
-                if used >= budget:
+                if used >= budget or (taken and not self.limits.batching):
                     return taken
             if not progressed:
                 break
         return taken
 
     def _run(self) -> None:
-        wait_s = self.limits.max_wait_ms / 1000
+        wait_s = self.limits.max_wait_ms / 1000 if self.limits.batching else 0.0
         while True:
             with self._lock:
                 while not self._jobs and not self._closing:

@@ -74,6 +74,12 @@ def serve(
     max_batch_tokens: Annotated[int, typer.Option(min=1, help="Token budget of one packed batch.")] = 4096,
     max_wait_ms: Annotated[float, typer.Option(min=0, help="Wait for more requests before a batch.")] = 5.0,
     max_queue: Annotated[int, typer.Option(min=1, help="Unfinished requests; more get 503.")] = 256,
+    batching: Annotated[
+        bool,
+        typer.Option(
+            "--batching/--no-batching", help="Pack several requests into one batch (else one each)."
+        ),
+    ] = True,
     max_inputs: Annotated[int, typer.Option(min=1, help="Inputs per request.")] = 2048,
     max_input_tokens: Annotated[
         int | None, typer.Option(min=1, help="Tokens per input (default: the encoder's max length).")
@@ -126,6 +132,7 @@ def serve(
             max_body_bytes=max_body_bytes,
             request_timeout=request_timeout,
             allow_token_ids=allow_token_ids,
+            batching=batching,
         )
     except (ValueLensError, ValueError, OSError) as exc:  # json's errors are ValueErrors
         where = f"{config_file}: " if config_file is not None and not isinstance(exc, ValueLensError) else ""

@@ -35,6 +35,9 @@ class Limits:
     """Texts a request contributes to a batch per round-robin turn (a huge request does not starve small ones)."""
     retry_after_s: int = 1
     """The ``Retry-After`` of a 503."""
+    batching: bool = True
+    """Pack texts of several requests into one batch; ``False``: one request per batch, no waiting
+    (``--no-batching``, the baseline of ``bench/serve.py``)."""
 
     def __post_init__(self) -> None:
         positive = {
