@@ -7,15 +7,17 @@ so a test may mutate its copy freely.
 from __future__ import annotations
 
 import copy
+import json
 import os
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny_models import ARCHITECTURES, build_tiny_model, build_tokenizer, save_tiny_model
+from tiny_models import ARCHITECTURES, CORPUS, build_tiny_model, build_tokenizer, save_tiny_model
 from valuelens.errors import DataNotFoundError
 from valuelens.evaluation.tasks import DATA_DIR_ENV, default_data_dir
 
@@ -75,3 +77,48 @@ def tiny_checkpoint(tmp_path_factory) -> str:
 
     Shared by every test that loads a checkpoint from disk: read it (or copy it), never write into it."""
     return str(save_tiny_model(tmp_path_factory.mktemp("tiny-checkpoint")))
+
+
+def _write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory):
+    """A tiny benchmark data folder in the real formats: ``stsb/`` (train, dev) and ``scifact/`` (30
+    documents, 12 judged queries: a carved dev split of 4), for tuning runs on tiny models."""
+    root = tmp_path_factory.mktemp("tiny-data")
+    words = [w.strip(".,'") for text in CORPUS for w in text.lower().split()]
+    rng = np.random.default_rng(0)
+
+    def sentence(n: int) -> str:
+        return " ".join(rng.choice(words, size=n)).capitalize() + "."
+
+    (root / "stsb").mkdir()
+    for split, n in (("train", 30), ("dev", 40)):
+        rows = [
+            {"sentence1": sentence(6), "sentence2": sentence(6), "score": float(rng.uniform(0, 5))}
+            for _ in range(n)
+        ]
+        _write_jsonl(root / "stsb" / f"{split}.jsonl", rows)
+    (root / "scifact").mkdir()
+    docs = [{"id": f"d{j}", "title": sentence(3), "text": sentence(12)} for j in range(30)]
+    _write_jsonl(root / "scifact" / "corpus.jsonl", docs)
+    queries = [
+        {"id": f"q{i}", "text": docs[i]["text"][:30]} for i in range(12)
+    ]  # a query quotes its document
+    _write_jsonl(root / "scifact" / "queries.jsonl", queries)
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(12))
+    (root / "scifact" / "qrels.tsv").write_text(qrels, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tuned_folder(tiny_checkpoint, tiny_data_dir, tmp_path_factory):
+    """``valuelens tune`` run once per session on the tiny checkpoint and the tiny data (quick mode):
+    a preset folder for ``preset=str(folder)`` on every surface. Read it, never write into it."""
+    from valuelens.tuning import tune
+
+    out = tmp_path_factory.mktemp("tuned") / "tiny"
+    tune(tiny_checkpoint, out, data_dir=tiny_data_dir, show_progress=False)
+    return out

@@ -124,7 +124,7 @@ def test_a_preset_falls_back_to_the_generic_spec_with_one_log_line_per_model(tmp
     lines = [r.getMessage() for r in caplog.records if "generic spec" in r.getMessage()]
     assert len(lines) == 1, lines
     assert f"no tuned entry for {path} (llama, 4 layers, hidden size 64)" in lines[0]
-    assert "docs/presets/README.md" in lines[0]
+    assert "valuelens tune MODEL -o DIR" in lines[0]
     caplog.clear()
     preset_config("generic", tmp_path / "m")
     assert not caplog.records  # asked for by name: nothing to say

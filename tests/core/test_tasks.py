@@ -34,7 +34,12 @@ from valuelens.evaluation import (
     results_to_json,
     results_to_markdown,
 )
-from valuelens.evaluation.tasks import RERANKING_NEGATIVES, RETRIEVAL_DOCS_PER_QUERY
+from valuelens.evaluation.tasks import (
+    CARVED_DEV_QUERIES,
+    RERANKING_NEGATIVES,
+    RETRIEVAL_DOCS_PER_QUERY,
+    carved_dev_ids,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -239,10 +244,24 @@ def test_classification_counts() -> None:
 
 
 def test_scifact_counts() -> None:
-    data = load_task("scifact").load("test")  # reads corpus.jsonl.gz
-    assert isinstance(data, RetrievalData) and data.candidates is None
-    assert (len(data.corpus), len(data.queries)) == (5183, 300)
-    assert sum(len(v) for v in data.qrels.values()) == 339
+    task = load_task("scifact")
+    assert task.splits == ("dev", "test")  # dev carved from the only judged split
+    data = task.load("test")  # reads corpus.jsonl.gz
+    dev = task.load("dev")
+    assert isinstance(data, RetrievalData) and isinstance(dev, RetrievalData) and data.candidates is None
+    assert (len(data.corpus), len(data.queries), len(dev.queries)) == (5183, 200, CARVED_DEV_QUERIES)
+    assert not set(data.queries) & set(dev.queries)  # disjoint, and together the 300 judged queries
+    assert sum(len(v) for v in data.qrels.values()) + sum(len(v) for v in dev.qrels.values()) == 339
+    assert task.load("dev") == dev  # seeded: the same split every time
+
+
+def test_carved_dev_split_is_seeded_and_disjoint(tmp_path: Path) -> None:
+    ids = [f"q{i}" for i in range(300)]
+    dev = carved_dev_ids(ids)
+    assert len(dev) == CARVED_DEV_QUERIES and dev <= set(ids) and carved_dev_ids(ids) == dev
+    assert len(carved_dev_ids(ids[:10])) == 3  # a small set: a third of its queries, the rest stay test
+    make_retrieval(tmp_path / "mine")  # a folder of one's own keeps its splits as they are
+    assert load_task(tmp_path / "mine").splits == ("test",)
 
 
 def test_derived_counts() -> None:
@@ -252,7 +271,7 @@ def test_derived_counts() -> None:
     assert isinstance(pairs, PairData)
     assert Counter(pairs.scores) == {1.0: 338, 0.0: 308}  # score >= 4 / score <= 1 of the 1379 test pairs
     rr = load_task("scifact-reranking").load("test")
-    assert isinstance(rr, RetrievalData) and rr.candidates is not None and len(rr.queries) == 300
+    assert isinstance(rr, RetrievalData) and rr.candidates is not None and len(rr.queries) == 200
     for qid, cands in rr.candidates.items():
         relevant = {d for d, r in rr.qrels[qid].items() if r > 0}
         assert relevant <= set(cands)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -372,3 +373,36 @@ def test_a_preset_instance_shares_its_encoder(tiny_model_dir, tmp_path, monkeypa
     plain = valuelens.Encoder.from_pretrained(path, device="cpu")
     with pytest.raises(valuelens.ConfigError, match="disagree"):
         ValueLensEmbeddings(model=plain, preset="best")
+
+
+# ---------------------------------------------------------------------- long texts
+def test_long_text_chunk_is_a_field_like_the_others(tiny_model_dir: str) -> None:
+    """``long_text="chunk"`` reaches the core: a long document is embedded whole, with no warning."""
+    long = " ".join(CORPUS * 3)
+    spec = {"recipe": "va", "layers": "all", "max_length": 48}
+    emb = ValueLensEmbeddings(model=tiny_model_dir, long_text="chunk", **spec)
+    assert emb.long_text == "chunk" and emb.encoder.config.long_text == "chunk"
+    reference = valuelens.Encoder.from_pretrained(tiny_model_dir, long_text="chunk", **spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", valuelens.TruncationWarning)
+        docs = emb.embed_documents([long, CORPUS[0]])
+    np.testing.assert_allclose(docs, reference.encode([long, CORPUS[0]], normalize=True), atol=1e-6)
+    with pytest.raises(valuelens.ConfigError, match="disagree"):
+        ValueLensEmbeddings(model=reference, long_text="truncate")
+    with pytest.raises(
+        valuelens.ConfigError, match="long_text must be one of 'truncate', 'chunk', got 'split'"
+    ):
+        ValueLensEmbeddings(model="/nonexistent/folder", long_text="split")
+
+
+def test_a_tuned_preset_folder(tiny_checkpoint: str, tuned_folder) -> None:
+    """``preset=DIR`` (a ``valuelens tune`` folder): the folder's spec, recorded in the fields."""
+    emb = ValueLensEmbeddings(model=tiny_checkpoint, device="cpu", preset=str(tuned_folder))
+    reference = valuelens.Encoder.from_pretrained(tiny_checkpoint, device="cpu", preset=str(tuned_folder))
+    assert emb.recipe == reference.config.recipe and emb.postprocess == reference.config.postprocess
+    np.testing.assert_allclose(
+        np.array(emb.embed_documents(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        emb.embed_query(CORPUS[0]), reference.encode(CORPUS[0], normalize=True), atol=1e-5
+    )

@@ -7,6 +7,7 @@ import importlib.metadata
 import logging
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -437,3 +438,33 @@ def test_from_dict_with_the_encoder_works_for_a_preset_instance(
     shared = ValueLensEmbedding.from_dict(data, encoder=embedding.encoder)  # refused before
     assert shared.encoder is embedding.encoder
     assert shared.to_dict() == data
+
+
+def test_long_text_chunk_is_a_field_like_the_others(tiny_model_dir: Path) -> None:
+    """``long_text="chunk"`` reaches the core: a long document is embedded whole, with no warning."""
+    long = " ".join(CORPUS * 3)
+    spec: dict[str, Any] = {"recipe": "va", "layers": "all", "max_length": 48}
+    embedding = ValueLensEmbedding(str(tiny_model_dir), long_text="chunk", normalize=False, **spec)
+    assert embedding.long_text == "chunk" and embedding.to_dict()["long_text"] == "chunk"
+    reference = valuelens.Encoder.from_pretrained(tiny_model_dir, long_text="chunk", **spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", valuelens.TruncationWarning)
+        vectors = embedding.get_text_embedding_batch([long, CORPUS[0]])
+    np.testing.assert_allclose(vectors, reference.encode([long, CORPUS[0]]), atol=1e-6)
+    with pytest.raises(
+        valuelens.ConfigError, match="long_text must be one of 'truncate', 'chunk', got 'split'"
+    ):
+        ValueLensEmbedding("/nonexistent/model/folder", long_text="split")
+
+
+def test_a_tuned_preset_folder(tiny_checkpoint: str, tuned_folder: Path) -> None:
+    """``preset=DIR`` (a ``valuelens tune`` folder): the folder's spec, recorded in the fields."""
+    emb = ValueLensEmbedding(tiny_checkpoint, preset=str(tuned_folder), device="cpu")
+    reference = valuelens.Encoder.from_pretrained(tiny_checkpoint, device="cpu", preset=str(tuned_folder))
+    assert emb.recipe == reference.config.recipe and emb.postprocess == reference.config.postprocess
+    np.testing.assert_allclose(
+        np.array(emb.get_text_embedding_batch(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        emb.get_query_embedding(CORPUS[1]), reference.encode(CORPUS[1], normalize=True), atol=1e-5
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 
@@ -183,6 +184,18 @@ def test_bad_configuration_fails_before_any_forward():
         ValuePooling(recipe="va", embed_filter=2)
     with pytest.raises(ConfigError, match="metaeol"):
         ValuePooling(prompt="metaeol")
+
+
+def test_chunking_long_texts_is_refused_with_the_surfaces_that_do_it():
+    """The host's Transformer tokenizes one row per text, cut at max_seq_length: no windows here."""
+    for kwargs in ({"long_text": "chunk"}, {"long_text": "chunk", "preset": "best"}):
+        with pytest.raises(
+            ConfigError, match=r"long_text='chunk'.*use valuelens\.Encoder, the LangChain or LlamaIndex"
+        ):
+            ValuePooling(**kwargs)
+    with pytest.raises(ConfigError, match="long_text must be one of 'truncate', 'chunk', got 'split'"):
+        ValuePooling(long_text="split")
+    assert ValuePooling().get_config_dict()["long_text"] == "truncate"
 
 
 def test_out_of_range_layers_name_the_layer_count(tiny_model_dir):
@@ -380,3 +393,18 @@ def test_a_postprocess_state_travels_with_the_saved_model(tiny_model_dir, tmp_pa
     file.unlink()  # the saved model has its own copy
     again = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
     np.testing.assert_allclose(again.encode(TEXTS), before, atol=1e-5)
+
+
+def test_a_tuned_preset_folder_ships_inside_a_saved_model(tiny_checkpoint, tuned_folder, tmp_path):
+    """``ValuePooling(preset=DIR)``: the folder's spec once the model is known; a saved model carries its
+    fitted state (it loads and embeds the same after the folder is gone)."""
+    folder = tmp_path / "tuned"
+    shutil.copytree(tuned_folder, folder)
+    model = _st(tiny_checkpoint, preset=str(folder))
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset=str(folder))
+    assert model[1].encoder_config.recipe == reference.config.recipe
+    np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+    model.save(str(tmp_path / "saved"))
+    shutil.rmtree(folder)
+    loaded = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
+    np.testing.assert_allclose(loaded.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)

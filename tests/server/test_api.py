@@ -226,3 +226,21 @@ def test_health_ready_models_and_unknown_routes(server):
     assert status == 404 and set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
     status, body, _ = get(server.url + "/v1/embeddings", AUTH)
     assert status == 405 and "error" in json.loads(body)
+
+
+def test_a_tuned_preset_folder_is_served(tiny_checkpoint, tuned_folder, tmp_path):
+    """``valuelens serve --preset DIR``: the folder's spec, queries and documents alike (the OpenAI API
+    has no query side)."""
+    from valuelens import Encoder
+
+    server = start(
+        ["--model", tiny_checkpoint, "--preset", str(tuned_folder), "--served-name", "m"], tmp_path
+    )
+    try:
+        status, body, _ = post(server.url + "/v1/embeddings", {"input": CORPUS[:3], "model": "m"})
+    finally:
+        server.stop()
+    assert status == 200, body
+    served = np.array([row["embedding"] for row in body["data"]])
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset=str(tuned_folder))
+    np.testing.assert_allclose(served, reference.encode(CORPUS[:3], normalize=True), atol=1e-5)

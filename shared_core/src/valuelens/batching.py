@@ -11,8 +11,10 @@ Usage::
 Texts are sorted by length (less padding), packed into batches of at most ``batch_size`` texts and
 ``max_tokens_per_batch`` padded tokens (:func:`plan_batches`), and the order restored; a prompt with
 several templates (MetaEOL) runs one pass each and averages them. A batch that runs out of memory is
-split in halves and retried, down to one text. Encoders over the same model, tokenizer, prompt,
-``max_length`` and forward edits tokenize once and run one forward per batch for all their readouts;
+split in halves and retried, down to one text. Under ``long_text="chunk"`` a text longer than
+``max_length`` goes in as its windows, items like the others, and their vectors are pooled back before
+the encoder's combine step (:mod:`valuelens.chunking`). Encoders over the same model, tokenizer, prompt,
+``max_length``, ``long_text`` and forward edits tokenize once and run one forward per batch for all their readouts;
 e.g. VA, HS and WVA(LT) of an evaluation cost one pass. A :class:`SharedEncoding` view behaves like an
 encoder (``encode(texts, *, batch_size, show_progress)``): the first view asked for a text computes it
 for every encoder at once and later views read the cache.
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from valuelens import chunking
 from valuelens.errors import EncodeOutOfMemoryError
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
 from valuelens.readout import Readout, average_passes
@@ -41,7 +44,8 @@ __all__ = ["SharedEncoding", "TruncationWarning", "encode_many", "plan_batches",
 
 
 class TruncationWarning(UserWarning):
-    """Some texts were longer than ``max_length`` tokens and were cut (the prompt is kept)."""
+    """Some texts were longer than ``max_length`` tokens and were cut (the prompt is kept); never
+    raised for ``long_text="chunk"``, which embeds such texts in windows."""
 
 
 def plan_batches(
@@ -78,10 +82,37 @@ def run_batches(
     progress: tqdm | None = None,
 ) -> tuple[list[Tensor], int]:
     """Embed checked ``items`` for ``readouts`` sharing ``encoder``'s model, tokenizer, prompt and
-    edits. Returns one ``[n, dim]`` tensor per readout and how many texts were truncated."""
+    edits. Returns one ``[n, dim]`` tensor per readout and how many texts were truncated.
+
+    Under ``long_text="chunk"`` a text longer than ``max_length`` is embedded as its windows (each an
+    item of the batches) and their vectors are pooled back into one per readout
+    (:mod:`valuelens.chunking`); none is truncated."""
     device = encoder.device
     if not items:
         return [torch.zeros((0, r.dimension), dtype=torch.float32, device=device) for r in readouts], 0
+    if encoder.config.long_text == "chunk":
+        plan = chunking.split(encoder, items)
+        grown = len(plan.items) - len(items)
+        if grown and progress is not None and progress.total is not None:  # the bar counts the windows
+            progress.total += grown * encoder.passes
+            progress.refresh()
+        vectors, n_truncated = _run_passes(
+            encoder, plan.items, readouts, batch_size, max_tokens_per_batch, progress
+        )
+        return [plan.pool(v) for v in vectors], n_truncated
+    return _run_passes(encoder, items, readouts, batch_size, max_tokens_per_batch, progress)
+
+
+def _run_passes(
+    encoder: Encoder,
+    items: Sequence[str],
+    readouts: Sequence[Readout],
+    batch_size: int,
+    max_tokens_per_batch: int | None,
+    progress: tqdm | None,
+) -> tuple[list[Tensor], int]:
+    """:func:`run_batches` for items embedded as they are: each prompt pass in sorted batches, averaged."""
+    device = encoder.device
     passes: list[list[Tensor]] = [[] for _ in readouts]
     n_truncated = 0
     for template_index in range(encoder.passes):
@@ -135,6 +166,7 @@ def _group_key(encoder: Encoder) -> tuple:
         id(encoder.tokenizer),
         prompt.templates if prompt else None,
         encoder.max_length,
+        encoder.config.long_text,
         encoder.edit_plan,
     )
 

@@ -34,6 +34,7 @@ from valuelens.io import check_output, read_vectors
 from valuelens.options import command_spec, fail, layers_arg
 from valuelens.recipes import get_recipe
 from valuelens.server.command import serve as _serve
+from valuelens.tuning.command import tune_command as _tune
 
 app = typer.Typer(
     help="Training-free sentence embeddings from decoder LLMs.", no_args_is_help=True, add_completion=False
@@ -86,7 +87,7 @@ PresetOpt = Annotated[
     str | None,
     typer.Option(
         help="Start from a named spec for the model: 'best' (recommended: sentences and documents), "
-        "'sts' (short-sentence similarity alone) or 'generic'."
+        "'sts' (short-sentence similarity alone), 'generic', or a folder written by `valuelens tune`."
     ),
 ]
 ConfigFileOpt = Annotated[
@@ -660,3 +661,4 @@ def models_path(name: Annotated[str | None, typer.Argument()] = None) -> None:
 
 _register_analysis(app)  # valuelens lens | spectrum | segments (valuelens.analysis)
 app.command("serve")(_serve)  # valuelens serve: the OpenAI-compatible server (valuelens.server)
+app.command("tune")(_tune)  # valuelens tune: a preset folder tuned on dev data (valuelens.tuning)

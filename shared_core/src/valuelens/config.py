@@ -32,11 +32,24 @@ from valuelens.layers import (
 from valuelens.prompts import resolve_prompt
 from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe, get_recipe
 
-__all__ = ["DEFAULT_MAX_LENGTH", "FIELDS", "Combine", "EncoderConfig", "FusionPart", "space_message"]
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "FIELDS",
+    "STATE_FREE_FIELDS",
+    "Combine",
+    "EncoderConfig",
+    "FusionPart",
+    "LongText",
+    "space_message",
+]
 
 #: Token limit per text (prompt included) when ``max_length`` is ``None``.
 DEFAULT_MAX_LENGTH = 512
 Combine = Literal["mean", "normalized-mean"]
+LongText = Literal["truncate", "chunk"]
+#: The fields that do not change the space documents are embedded in (how much of a long text is read,
+#: the queries' own prompt): a fitted post-processing state serves every value of them.
+STATE_FREE_FIELDS: tuple[str, ...] = ("max_length", "long_text", "query_template")
 
 
 def space_message(recipe: Recipe) -> str:
@@ -144,12 +157,21 @@ class EncoderConfig:
     """Decoder layers: ``"auto"``, ``"all"``, ``"half"``, ``"last"``, ``"band"``, an int, a list, ``"20-27"``."""
     prompt: str | None = None
     """``None``, a prompt name (``"prompteol"``, ``"futureeol"``, ``"echo"``, ``"metaeol"``) or a ``{text}`` template."""
+    query_template: str | None = None
+    """The prompt (a name or a ``{text}`` template) search queries are embedded under instead of ``prompt``
+    (``Encoder.encode_query``, LangChain ``embed_query``, LlamaIndex query embeddings); everything else is
+    shared, so queries and documents land in one space. ``None``: queries are embedded as documents."""
     embed_filter: float | None = None
     """EmbedFilter ratio τ (``2`` keeps the middle half of W_U's spectrum); residual-space recipes only."""
     embed_filter_offset: int = 0
     """Shift of the EmbedFilter band (the paper shifted it for Mistral)."""
     max_length: int | None = None
-    """Token limit per text, prompt included (longer texts are cut, the prompt kept); ``None``: 512."""
+    """Token limit per text, prompt included (longer texts are cut, the prompt kept, unless
+    ``long_text="chunk"``); ``None``: 512."""
+    long_text: LongText = "truncate"
+    """What happens to a text longer than ``max_length``: ``"truncate"`` cuts the text (the prompt kept,
+    with a ``TruncationWarning``); ``"chunk"`` embeds overlapping windows of its text tokens (each under the
+    prompt) and averages their vectors, weighted by their text tokens (:mod:`valuelens.chunking`)."""
     combine: Combine = "mean"
     """How per-layer vectors are combined: plain ``"mean"``, or ``"normalized-mean"`` (each layer L2-normalized first)."""
     final_norm: bool = False
@@ -179,6 +201,12 @@ class EncoderConfig:
         object.__setattr__(self, "layers", _normalize_layers(self.layers, "layers"))
         prompt = resolve_prompt(self.prompt)
         object.__setattr__(self, "prompt", None if prompt is None else prompt.spec)
+        try:
+            query_template = resolve_prompt(self.query_template)
+        except ConfigError as exc:
+            msg = f"query_template: {exc}"
+            raise ConfigError(msg) from None
+        object.__setattr__(self, "query_template", None if query_template is None else query_template.spec)
         if self.embed_filter is not None:
             band(10**6, self.embed_filter, 0)  # τ's range; the band is checked against the model later
             if not recipe.residual:
@@ -191,6 +219,12 @@ class EncoderConfig:
             isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1
         ):
             msg = f"max_length must be a positive int or None, got {self.max_length!r}"
+            raise ConfigError(msg)
+        if self.long_text not in get_args(LongText):
+            msg = (
+                f"long_text must be one of {', '.join(map(repr, get_args(LongText)))}, got {self.long_text!r}: "
+                "'truncate' cuts a text longer than max_length, 'chunk' embeds it in overlapping windows"
+            )
             raise ConfigError(msg)
         if self.combine not in get_args(Combine):
             msg = f"combine must be one of {', '.join(map(repr, get_args(Combine)))}, got {self.combine!r}"

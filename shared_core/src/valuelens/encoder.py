@@ -16,6 +16,7 @@ for several encoders sharing forward passes) :mod:`valuelens.batching`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import os
@@ -135,6 +136,7 @@ class Encoder:
                 )
                 raise ConfigError(msg)
         self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
+        self._queries: Encoder | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -234,7 +236,8 @@ class Encoder:
         self, texts: Sequence[str], template_index: int = 0, *, max_length: int | None = None
     ) -> tuple[list[TokenizedText], int]:
         """Prompted tokenization with pooled spans (and Token Prepending's placeholder, Contrastive
-        Prompting's auxiliary prompt when the spec has them); returns items and how many were truncated."""
+        Prompting's auxiliary prompt when the spec has them); returns items and how many texts were
+        truncated (under the prompt or the auxiliary prompt)."""
         limit = max_length or self.max_length
         placeholder = placeholder_token(self.tokenizer) if self.config.prepend_layers is not None else None
         items, n_truncated = tokenize(
@@ -250,6 +253,7 @@ class Encoder:
                 self.tokenizer, texts, prompt=self.contrast_prompt, max_length=limit, placeholder=placeholder
             )
             items = [dataclasses.replace(item, aux=aux) for item, aux in zip(items, auxes, strict=True)]
+            n_truncated = sum(item.truncated or aux.truncated for item, aux in zip(items, auxes, strict=True))
         return items, n_truncated
 
     def collate(self, items: Sequence[TokenizedText]) -> Batch:
@@ -381,8 +385,9 @@ class Encoder:
         texts), so long texts go in small batches: ``"auto"`` is 2048 on CPU (measured fastest,
         docs/performance.md) and 16384 on accelerators, ``None`` turns the budget off. An empty list
         gives a ``[0, dimension]`` array. Texts longer than ``max_length`` tokens are truncated (the
-        prompt is kept) with one :class:`~valuelens.batching.TruncationWarning` per call
-        (:mod:`valuelens.batching` runs the batches).
+        prompt is kept) with one :class:`~valuelens.batching.TruncationWarning` per call, or, under
+        ``long_text="chunk"``, embedded in overlapping windows whose vectors are averaged
+        (:mod:`valuelens.chunking`; :mod:`valuelens.batching` runs the batches).
         """
         items, single = check_texts(texts)
         check_batch_size(batch_size)
@@ -400,6 +405,23 @@ class Encoder:
         if single:
             result = result[0]
         return result if convert_to_tensor else result.cpu().numpy()
+
+    def for_queries(self) -> Encoder:
+        """The encoder search queries go through: this one, or (when the spec has a ``query_template``) a
+        copy that reads them under that template, sharing the model, readouts, fusion and post-processing,
+        so queries and documents land in one space."""
+        if self.config.query_template is None:
+            return self
+        if self._queries is None:
+            twin = copy.copy(self)
+            twin.prompt = resolve_prompt(self.config.query_template)
+            self._queries = twin
+        return self._queries
+
+    def encode_query(self, texts: str | Sequence[str], **kwargs: Any) -> np.ndarray | Tensor:
+        """:meth:`encode` for search queries: under ``query_template`` when the spec has one (documents go
+        through :meth:`encode`). Usage: ``enc.encode_query("what causes rain?", normalize=True)``."""
+        return self.for_queries().encode(texts, **kwargs)
 
     def __repr__(self) -> str:
         extras = []

@@ -48,7 +48,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from valuelens.config import EncoderConfig
+from valuelens.config import STATE_FREE_FIELDS, EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.io import replace_atomically
 from valuelens.presets.builtin import BUILTIN_PREFIX, builtin_path
@@ -584,8 +584,8 @@ def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Pos
     """Load the fitted state ``reference`` names (a ``.safetensors`` path or ``"builtin:NAME"``,
     :mod:`valuelens.presets.builtin`).
 
-    When the state records the spec it was fitted for, every field of ``config`` but ``max_length``
-    must match it. Usage: ``load_postprocess(config.postprocess, encoder.config)``.
+    When the state records the spec it was fitted for, every field of ``config`` but ``max_length``,
+    ``long_text`` and ``query_template`` (:data:`~valuelens.config.STATE_FREE_FIELDS`) must match it. Usage: ``load_postprocess(config.postprocess, encoder.config)``.
     """
     path = (
         builtin_path(reference[len(BUILTIN_PREFIX) :])
@@ -604,7 +604,7 @@ def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Pos
             differing = [
                 item
                 for item in _unresolved_as(recorded, wanted).diff(wanted)
-                if not item.startswith("max_length")
+                if item.split(":")[0] not in STATE_FREE_FIELDS
             ]
             if differing:
                 msg = (

@@ -36,7 +36,7 @@ import torch
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
 from valuelens import config as config_module
-from valuelens.config import FIELDS, Combine, EncoderConfig
+from valuelens.config import FIELDS, Combine, EncoderConfig, LongText
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
 from valuelens.layers import resolve_layers
@@ -154,9 +154,11 @@ class EncoderSettings(BaseModel):
     recipe: str = _pydantic_field("recipe")
     layers: str | StrictInt | list[StrictInt] = _pydantic_field("layers")
     prompt: str | None = _pydantic_field("prompt")
+    query_template: str | None = _pydantic_field("query_template")
     embed_filter: float | None = _pydantic_field("embed_filter")
     embed_filter_offset: StrictInt = _pydantic_field("embed_filter_offset")
     max_length: StrictInt | None = _pydantic_field("max_length")
+    long_text: LongText = _pydantic_field("long_text")
     combine: Combine = _pydantic_field("combine")
     final_norm: bool = _pydantic_field("final_norm")
     prepend_layers: str | StrictInt | list[StrictInt] | None = _pydantic_field("prepend_layers")
@@ -170,7 +172,7 @@ class EncoderSettings(BaseModel):
         default=None,
         frozen=True,
         description='Start from a named spec for the model (`"best"`, `"sts"`, `"generic"`: '
-        "`valuelens.presets`); fields given explicitly override it (`None` and default values included; a "
+        "`valuelens.presets`), or a folder written by `valuelens tune` (docs/tuning.md); fields given explicitly override it (`None` and default values included; a "
         "preset's `drop_prefix` or `postprocess` that an override invalidates is dropped with a log line), "
         "and the fields then record the whole spec.",
     )

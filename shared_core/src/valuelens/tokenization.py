@@ -84,6 +84,28 @@ def _text_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> list[i
     return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > start]
 
 
+def prompted_length(tokenizer, text: str, prompt: Prompt | None, template_index: int = 0) -> int:
+    """How many tokens ``text`` takes under ``prompt``'s template ``template_index``, special tokens
+    included, nothing cut, no placeholder: what :func:`tokenize` compares with ``max_length``."""
+    chosen = prompt or _IDENTITY
+    prompted, start, end = chosen.render(text, template_index)
+    return len(_encode(tokenizer, prompted, start, end, prompt is None)[0])
+
+
+def copies(prompt: Prompt | None, template_index: int = 0) -> int:
+    """How many times template ``template_index`` holds the text (2 for Echo, 1 without a prompt)."""
+    return 1 if prompt is None else prompt.templates[template_index].count(PLACEHOLDER)
+
+
+def text_token_spans(tokenizer, text: str) -> list[tuple[int, int]] | None:
+    """The character span ``[start, end)`` of each of ``text``'s own tokens (no special tokens, no
+    prompt) that covers characters, in order; ``None`` for a slow tokenizer (no character offsets)."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    return [(s, e) for s, e in enc["offset_mapping"] if e > s]
+
+
 def tokenize(
     tokenizer,
     texts: Sequence[str],

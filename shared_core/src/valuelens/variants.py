@@ -18,7 +18,7 @@ paper's ablation baselines are ``+truncTAU`` (keep the first d/τ coordinates, M
 ============  ==========================================================
 
 Whole specs: ``best`` (or ``sts``, ``generic``) is that preset for the model evaluated
-(:mod:`valuelens.presets`), and a path ending in ``.json`` an ``EncoderConfig`` saved as JSON (every
+(:mod:`valuelens.presets`), a preset folder written by ``valuelens tune`` that folder's spec, and a path ending in ``.json`` an ``EncoderConfig`` saved as JSON (every
 field: Token Prepending, Contrastive Prompting, fusion, post-processing).
 """
 
@@ -31,6 +31,7 @@ from typing import Any
 from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.presets import PRESET_NAMES
+from valuelens.presets.folder import is_preset_folder
 
 SHORTHANDS: dict[str, str] = {
     "prompteol": "last-token:prompteol",
@@ -78,6 +79,10 @@ def parse_variant(spec: str) -> Variant:
     key = text.lower()
     if key in PRESET_NAMES:
         return Variant(label=text, recipe="", preset=key)
+    if is_preset_folder(text):  # a folder written by `valuelens tune`
+        from pathlib import Path
+
+        return Variant(label=Path(text).name, recipe="", preset=str(Path(text).resolve()))
     if key.endswith(".json"):
         import json
         from pathlib import Path

@@ -127,8 +127,9 @@ class ValueLensEmbeddings(EncoderSettings, Embeddings):
         if instruction:
             texts = [instruction + text for text in texts]
         enc = self._encoder
-        if isinstance(enc, valuelens.Encoder):
-            vectors = enc.encode(
+        if isinstance(enc, valuelens.Encoder):  # queries under the spec's query_template, if any
+            encode = enc.encode_query if kind == "query" else enc.encode
+            vectors = encode(
                 texts, batch_size=self.batch_size, normalize=self.normalize, show_progress=self.show_progress
             )
         else:  # a SentenceTransformer: its own "query" / "document" prompts apply too, as in encode_query

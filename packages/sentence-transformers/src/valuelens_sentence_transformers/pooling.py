@@ -78,8 +78,9 @@ class ValuePooling(Module):
     need :class:`valuelens.Encoder`), ``embed_filter`` (τ, e.g. 2), ``embed_filter_offset``,
     ``max_length`` (``None``: the Transformer's ``max_seq_length``, sentence-transformers' rule),
     ``combine``, ``final_norm``, Token Prepending (``prepend_layers``), Contrastive Prompting
-    (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess`` and
-    ``drop_prefix`` (the last token's attention without the prompt's head).
+    (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess``,
+    ``drop_prefix`` (the last token's attention without the prompt's head) and ``long_text`` (only
+    ``"truncate"`` here: ``"chunk"`` needs :class:`valuelens.Encoder` or the LangChain / LlamaIndex adapters).
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
     the model is known; the fields passed override it (by key: ``drop_prefix=False`` or
     ``postprocess=None`` too), and a preset's ``drop_prefix`` or fitted state that they invalidate is
@@ -112,6 +113,8 @@ class ValuePooling(Module):
         fusion: Sequence[Any] = (),
         postprocess: str | None = None,
         drop_prefix: bool = False,
+        long_text: str = "truncate",
+        query_template: str | None = None,
         *,
         preset: str | None = None,
         _given: frozenset[str] = frozenset(),
@@ -133,18 +136,30 @@ class ValuePooling(Module):
             "fusion": fusion,
             "postprocess": postprocess,
             "drop_prefix": drop_prefix,
+            "long_text": long_text,
+            "query_template": query_template,
         }
         self.encoder_config = EncoderConfig.from_dict(given)
         # with a preset, the fields passed (by key, whatever their values) override it once the model
         # is known; until then they are what a save writes, with the preset
         self._preset = None if preset is None else check_preset_name(preset)
         self._given = _given
-        self._check_passes(self.encoder_config)
+        self._check_supported(self.encoder_config)
         self._encoder: Encoder | None = None
         self._projection: torch.Tensor | None = None
 
     @staticmethod
-    def _check_passes(config: EncoderConfig) -> None:
+    def _check_supported(config: EncoderConfig) -> None:
+        """Refuse what sentence-transformers' one forward per text cannot run (MetaEOL, chunking)."""
+        if config.long_text == "chunk":
+            msg = (
+                "long_text='chunk' embeds a text longer than max_length as several windows and averages "
+                "their vectors; in sentence-transformers the Transformer module tokenizes one row per text, "
+                "cut at max_seq_length, before ValuePooling sees it: use valuelens.Encoder, the LangChain or "
+                "LlamaIndex adapters, or the valuelens command line to chunk long texts "
+                "(docs/sentence-transformers.md)"
+            )
+            raise ConfigError(msg)
         prompt = resolve_prompt(config.prompt)
         passes = prompt.passes if prompt is not None else 1
         if passes > 1:
@@ -179,7 +194,7 @@ class ValuePooling(Module):
         if self._preset is not None:  # the model is known now: its preset, then the fields passed
             key = model_key(backbone.config.get_text_config())
             self.encoder_config = resolve(self._preset, key, self._passed())
-            self._check_passes(self.encoder_config)
+            self._check_supported(self.encoder_config)
             self._preset = None
         try:  # without a saved filter the Encoder builds one from the model's unembedding matrix
             encoder = Encoder(

@@ -93,10 +93,11 @@ class ValueTransformer(Transformer):
         processing_kwargs: ProcessingKwargs | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """Tokenize texts under the valuelens prompt template; a sentence-transformers ``prompt``
-        (e.g. from ``encode_query``) is prepended to each text first. A per-call
-        ``processing_kwargs={"text": {"max_length": N}}`` overrides the token limit."""
-        encoder = self.encoder
+        """Tokenize texts under the valuelens prompt template (``encode_query``'s ``task="query"``: the
+        spec's ``query_template``, if any); a sentence-transformers ``prompt`` (e.g. the model's "query"
+        prompt) is prepended to each text first. A per-call ``processing_kwargs={"text": {"max_length": N}}``
+        overrides the token limit."""
+        encoder = self.encoder.for_queries() if kwargs.get("task") == "query" else self.encoder
         texts = list(inputs)
         for i, text in enumerate(texts):
             if not isinstance(text, str):

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from valuelens import EmbedFilter, Encoder, encode_many
 from valuelens.batching import SharedEncoding
+from valuelens.config import LongText
 from valuelens.errors import ConfigError
 from valuelens.loading import build_embed_filter
 from valuelens.presets.resolution import resolve
@@ -44,9 +46,14 @@ def load_probe(model: str | None = None, *, device: str | None = None, dtype: st
 
 
 def variant_encoders(
-    probe: Encoder, variants: Sequence[Variant], *, max_length: int | None = None
+    probe: Encoder,
+    variants: Sequence[Variant],
+    *,
+    max_length: int | None = None,
+    long_text: LongText | None = None,
 ) -> dict[str, Encoder]:
     """One encoder per variant label over ``probe``'s model; variants with the same EmbedFilter share it.
+    ``max_length`` / ``long_text`` (``None``: the variant's own, else the default) apply to every variant.
 
     Usage: ``variant_encoders(probe, parse_variants("va,prompteol+ef2"))``. An untied LM head's
     EmbedFilter is read from the checkpoint ``probe`` was loaded from.
@@ -63,7 +70,9 @@ def variant_encoders(
     encoders: dict[str, Encoder] = {}
     for variant in variants:
         if variant.preset is not None or variant.config is not None:  # a whole spec
-            given = {} if max_length is None else {"max_length": max_length}
+            given: dict[str, Any] = {} if max_length is None else {"max_length": max_length}
+            if long_text is not None:
+                given["long_text"] = long_text
             if variant.config is None:
                 config = resolve(str(variant.preset), probe.parts.model_key, given)
             else:
@@ -85,6 +94,7 @@ def variant_encoders(
             probe.tokenizer,
             embed_filter=embed_filter,
             max_length=max_length,
+            long_text=long_text or "truncate",
             name_or_path=probe.name_or_path,
             **kwargs,
         )

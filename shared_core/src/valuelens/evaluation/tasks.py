@@ -25,6 +25,11 @@ Derived tasks (documented in ``docs/data.md``):
   uniformly without replacement from the rest of the corpus with a generator seeded by
   ``(SEED, crc32(query id))`` (so a query keeps its candidates whatever ``limit`` is). MAP.
 - ``stsb-pairs``: STS-B pairs relabelled 1 if score >= 4, 0 if score <= 1; pairs in between are dropped. AP.
+
+Carved dev split: SciFact ships judged queries for one split only (its 300 test queries), so ``scifact`` and
+``scifact-reranking`` get a ``dev`` split of :data:`CARVED_DEV_QUERIES` queries drawn with a generator seeded
+by ``SEED`` (``carved_dev_ids``), and their ``test`` split is the other 200: tune on ``dev``, report on
+``test``, never the other way.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import gzip
 import json
 import os
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -44,6 +49,7 @@ import numpy as np
 from valuelens.errors import DataNotFoundError
 
 __all__ = [
+    "CARVED_DEV_QUERIES",
     "DATA_DIR_ENV",
     "KNOWN_TASKS",
     "PAIR_NEGATIVE_MAX",
@@ -59,6 +65,7 @@ __all__ = [
     "Task",
     "TaskData",
     "TaskKind",
+    "carved_dev_ids",
     "data_dir_candidates",
     "default_data_dir",
     "find_set",
@@ -83,6 +90,7 @@ RERANKING_NEGATIVES = 20  # sampled negatives per query in scifact-reranking
 RETRIEVAL_DOCS_PER_QUERY = 10  # under a limit, a retrieval corpus keeps limit * this many documents
 PAIR_POSITIVE_MIN = 4.0  # stsb-pairs: score >= 4 -> label 1
 PAIR_NEGATIVE_MAX = 1.0  # stsb-pairs: score <= 1 -> label 0
+CARVED_DEV_QUERIES = 100  # scifact: seeded dev queries carved from its only judged split (the rest is test)
 
 # MTEB main-score names per kind (scores are kept on MTEB's 0-1 scale).
 MAIN_METRICS: dict[TaskKind, str] = {
@@ -100,6 +108,8 @@ class _KnownTask:
     folder: str
     kind: TaskKind
     description: str
+    carve_dev: bool = False
+    """The folder's only judged split is ``test``: carve a seeded ``dev`` split from its queries."""
 
 
 KNOWN_TASKS: dict[str, _KnownTask] = {
@@ -111,7 +121,13 @@ KNOWN_TASKS: dict[str, _KnownTask] = {
     "emotion": _KnownTask(
         "emotion", "classification", "dair-ai Emotion, 6 labels (MTEB EmotionClassification)"
     ),
-    "scifact": _KnownTask("scifact", "retrieval", "BEIR SciFact test (MTEB SciFact): nDCG@10"),
+    "scifact": _KnownTask(
+        "scifact",
+        "retrieval",
+        f"BEIR SciFact (MTEB SciFact): nDCG@10; test = the 200 queries outside the seeded "
+        f"{CARVED_DEV_QUERIES}-query dev split",
+        carve_dev=True,
+    ),
     "banking77-clustering": _KnownTask(
         "banking77", "clustering", "derived: Banking77 split texts clustered by intent (V-measure)"
     ),
@@ -122,6 +138,7 @@ KNOWN_TASKS: dict[str, _KnownTask] = {
         "scifact",
         "reranking",
         f"derived: SciFact queries, relevant docs + {RERANKING_NEGATIVES} seeded random negatives (MAP)",
+        carve_dev=True,
     ),
     "stsb-pairs": _KnownTask(
         "stsb",
@@ -214,6 +231,7 @@ class Task:
     splits: tuple[str, ...]
     main_metric: str
     description: str = ""
+    carve_dev: bool = False
 
     def check_split(self, split: str) -> None:
         """Raise ``ValueError`` naming the valid splits unless the task has ``split``."""
@@ -244,9 +262,10 @@ class Task:
             )
         if self.kind == "clustering":
             return _load_labelled(self.path, split, limit)
+        carve = self.carve_dev and split in ("dev", "test")
         if self.kind == "retrieval":
-            return _load_retrieval(self.path, split, limit)
-        return _load_reranking(self.path, split, limit)
+            return _load_retrieval(self.path, split, limit, carve)
+        return _load_reranking(self.path, split, limit, carve)
 
 
 def _checkout_roots() -> list[Path]:
@@ -320,13 +339,15 @@ def load_task(name_or_path: str | os.PathLike[str], data_dir: str | os.PathLike[
         if _DERIVED_FROM[known.kind] != base_kind:
             msg = f"folder {str(folder)!r} holds {base_kind!r} data, task {key!r} needs {_DERIVED_FROM[known.kind]!r}"
             raise ValueError(msg)
+        carve = known.carve_dev and splits == ("test",)
         return Task(
             key,
             known.kind,
             folder,
-            _splits_for(known.kind, splits),
+            ("dev", "test") if carve else _splits_for(known.kind, splits),
             MAIN_METRICS[known.kind],
             known.description,
+            carve_dev=carve,
         )
     folder = Path(name_or_path)
     if not folder.is_dir():
@@ -518,9 +539,26 @@ def _record_id(record: Mapping[str, Any]) -> str:
     return str(record["id"] if "id" in record else record["_id"])
 
 
+def carved_dev_ids(query_ids: Sequence[str]) -> set[str]:
+    """The ids of the carved ``dev`` split: :data:`CARVED_DEV_QUERIES` of ``query_ids`` (the judged
+    queries in file order; at most a third of them) drawn with a generator seeded by ``SEED``; the
+    rest are ``test``."""
+    ids = list(query_ids)
+    size = min(CARVED_DEV_QUERIES, len(ids) // 3)
+    picked = np.random.default_rng(SEED).choice(len(ids), size=size, replace=False)
+    return {ids[i] for i in picked}
+
+
 def _read_retrieval(
-    folder: Path, split: str
+    folder: Path, split: str, carve: bool = False
 ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """Queries, corpus and qrels of ``split``; with ``carve`` (a folder judged for ``test`` alone),
+    ``dev`` and ``test`` are the carved split and the rest (:func:`carved_dev_ids`)."""
+    if carve:
+        judged, whole, all_qrels = _read_retrieval(folder, "test")
+        dev = carved_dev_ids(list(judged))
+        keep = [q for q in judged if (q in dev) == (split == "dev")]
+        return {q: judged[q] for q in keep}, whole, {q: all_qrels[q] for q in keep}
     corpus = {_record_id(r): _doc_text(r) for r in read_jsonl(folder / "corpus.jsonl")}
     all_queries = {_record_id(r): r["text"] for r in read_jsonl(folder / "queries.jsonl")}
     qrels_path = folder / "qrels.tsv" if split == "test" and (folder / "qrels.tsv").is_file() else None
@@ -544,8 +582,8 @@ def _read_retrieval(
     return queries, corpus, qrels
 
 
-def _load_retrieval(folder: Path, split: str, limit: int | None) -> RetrievalData:
-    queries, corpus, qrels = _read_retrieval(folder, split)
+def _load_retrieval(folder: Path, split: str, limit: int | None, carve: bool = False) -> RetrievalData:
+    queries, corpus, qrels = _read_retrieval(folder, split, carve)
     qids = list(queries)
     kept_q = [qids[i] for i in _subsample(len(qids), limit)]
     subsampled = len(kept_q) < len(qids)
@@ -565,8 +603,8 @@ def _load_retrieval(folder: Path, split: str, limit: int | None) -> RetrievalDat
     )
 
 
-def _load_reranking(folder: Path, split: str, limit: int | None) -> RetrievalData:
-    queries, corpus, qrels = _read_retrieval(folder, split)
+def _load_reranking(folder: Path, split: str, limit: int | None, carve: bool = False) -> RetrievalData:
+    queries, corpus, qrels = _read_retrieval(folder, split, carve)
     doc_ids = list(corpus)
     position = {d: i for i, d in enumerate(doc_ids)}
     candidates: dict[str, tuple[str, ...]] = {}

@@ -4,6 +4,7 @@ Usage::
 
     resolve("best", "smollm2-135m", {"max_length": 256})       # the EncoderConfig Encoder loads
     resolve("best", ("llama", 30, 576), {"prompt": None})       # by model key (a loaded model's)
+    resolve("tuned/smollm2", "smollm2-135m")                    # a folder written by `valuelens tune`
     preset_config("best", "smollm2-135m", recipe="va")          # the same, keywords as overrides
 
 The rule (docs/recipes.md, "Presets"):
@@ -15,11 +16,14 @@ The rule (docs/recipes.md, "Presets"):
    they were made for, they are dropped with one log line naming what and why, before any model
    loads: ``drop_prefix=True`` when the recipe no longer reads the last token's attention (or
    Contrastive Prompting edits a layer it reads), and the fitted ``postprocess`` state when any field
-   besides ``max_length`` differs from the spec it was fitted for. A ``drop_prefix`` or
+   besides ``max_length``, ``long_text`` and ``query_template`` differs from the spec it was fitted for. A ``drop_prefix`` or
    ``postprocess`` the caller passed is never dropped (a state fitted for another spec then fails
    here, before the model loads, naming the fix).
 3. A model without a tuned entry gets :data:`~valuelens.presets.GENERIC`, with one log line per model
-   and process pointing at how the bundled presets were tuned (a `valuelens tune` command is planned).
+   and process pointing at ``valuelens tune``, which tunes a preset folder for any model.
+
+A preset is a name (:data:`~valuelens.presets.PRESET_NAMES`) or a preset folder
+(:mod:`valuelens.presets.folder`); the rule is the same for both.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from typing import Any
 
 from valuelens import models
 from valuelens.architectures import model_key
-from valuelens.config import FIELDS, EncoderConfig
+from valuelens.config import FIELDS, STATE_FREE_FIELDS, EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.loading import load_config
 from valuelens.postprocess import load_postprocess
+from valuelens.presets.folder import PresetFolder, is_preset_folder
 from valuelens.presets.table import GENERIC, PRESET_NAMES, PRESETS, ModelKey
 from valuelens.recipes import get_recipe
 
@@ -49,10 +54,16 @@ ModelRef = ModelKey | str | os.PathLike[str] | None
 
 
 def check_preset_name(name: Any) -> str:
-    """The preset name, normalized (``"Best"`` → ``"best"``); ``ConfigError`` for an unknown one."""
+    """The preset name, normalized (``"Best"`` → ``"best"``), or a preset folder's absolute path (its
+    ``preset.json`` read and checked); ``ConfigError`` for anything else."""
+    if is_preset_folder(name):
+        return str(PresetFolder.read(name).path)
     key = name.strip().lower() if isinstance(name, str) else name
     if key not in PRESET_NAMES:
-        msg = f"unknown preset {name!r}: choose one of {', '.join(map(repr, PRESET_NAMES))}"
+        msg = (
+            f"unknown preset {name!r}: choose one of {', '.join(map(repr, PRESET_NAMES))}, or a folder "
+            "written by `valuelens tune MODEL -o DIR` (one holding preset.json)"
+        )
         raise ConfigError(msg)
     return str(key)
 
@@ -66,6 +77,8 @@ def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict
     """The fields of preset ``name`` for the model ``key`` (a copy); logs once per model and process
     when it falls back to :data:`GENERIC`. ``label`` names the model in that line."""
     name = check_preset_name(name)
+    if name not in PRESET_NAMES:  # a preset folder
+        return PresetFolder.read(name).fields(key, label=label)
     entries = {} if name == "generic" else PRESETS.get(key, {})
     fields = entries.get(name) or entries.get("best")
     if fields is None:
@@ -74,8 +87,8 @@ def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict
             _FALLBACK_LOGGED.add(key)
             spec = ", ".join(f"{k}={v!r}" for k, v in GENERIC.items())
             logger.warning(
-                "preset %r: no tuned entry for %s, using the generic spec (%s); how the bundled "
-                "models' presets were tuned (STS-B dev): docs/presets/README.md",
+                "preset %r: no tuned entry for %s, using the generic spec (%s); tune one for this "
+                "model with `valuelens tune MODEL -o DIR`, then pass preset=DIR (docs/tuning.md)",
                 name,
                 _describe(key, label),
                 spec,
@@ -133,7 +146,9 @@ def resolve(preset: str | None, model: ModelRef, overrides: Mapping[str, Any] | 
         fitted_for = EncoderConfig.from_dict({**base, "postprocess": None}).resolved(*key)
         wanted = EncoderConfig.from_dict({**merged, "postprocess": None}).resolved(*key)
         changed = [
-            item.split(":")[0] for item in wanted.diff(fitted_for) if not item.startswith("max_length")
+            item.split(":")[0]
+            for item in wanted.diff(fitted_for)
+            if item.split(":")[0] not in STATE_FREE_FIELDS
         ]
         if changed:
             merged["postprocess"] = None

@@ -48,7 +48,8 @@ def serve(
         ),
     ] = None,
     preset: Annotated[
-        str | None, typer.Option(help="A named spec for the model: best, sts, generic.")
+        str | None,
+        typer.Option(help="A named spec for the model: best, sts, generic, or a `valuelens tune` folder."),
     ] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="A JSON EncoderConfig.")] = None,
     recipe: Annotated[str | None, typer.Option(help="Recipe (default: va, or the preset's).")] = None,

@@ -137,7 +137,7 @@ class ValueLensEmbedding(BaseEmbedding, EncoderSettings):
 
     # ------------------------------------------------------------------ the BaseEmbedding hooks
     def _get_query_embedding(self, query: str) -> Embedding:
-        return self._embed([_check_text(query, "query")], self.query_instruction)[0]
+        return self._embed([_check_text(query, "query")], self.query_instruction, query=True)[0]
 
     def _get_text_embedding(self, text: str) -> Embedding:
         return self._embed([_check_text(text, "text")], self.text_instruction)[0]
@@ -171,12 +171,13 @@ class ValueLensEmbedding(BaseEmbedding, EncoderSettings):
         )
 
     # ------------------------------------------------------------------ internals
-    def _embed(self, texts: list[str], instruction: str | None) -> list[Embedding]:
+    def _embed(self, texts: list[str], instruction: str | None, *, query: bool = False) -> list[Embedding]:
         if not texts:
             return []
         if instruction:
             texts = [instruction + text for text in texts]
-        vectors = self._encoder.encode(texts, batch_size=self.batch_size, normalize=self.normalize)
+        encode = self._encoder.encode_query if query else self._encoder.encode  # the spec's query_template
+        vectors = encode(texts, batch_size=self.batch_size, normalize=self.normalize)
         return vectors.tolist()
 
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> ValueLensEmbedding:

@@ -1,0 +1,267 @@
+"""``valuelens tune``: tune a preset for any model on dev data, as a folder that ``preset=DIR`` loads.
+
+Usage::
+
+    from valuelens.tuning import tune
+    result = tune("smollm2-135m", "tuned/smollm2", objective="balanced", mode="quick")
+    enc = Encoder.from_pretrained("smollm2-135m", preset="tuned/smollm2")
+
+One forward pass per dev text and prompt captures every candidate readout at every layer
+(:mod:`~valuelens.tuning.cache`); everything else — recipe family, layer band, prompt, ``drop_prefix``,
+EmbedFilter, a fusion of two readouts with its weight, post-processing fitted on unlabeled text — is
+scored offline from that cache (:mod:`~valuelens.tuning.search`) on STS-B dev and SciFact's dev split
+(:mod:`~valuelens.tuning.data`). The winner is checked against the real encoder, then written as
+``DIR/preset.json`` (:mod:`valuelens.presets.folder`), ``DIR/state.safetensors`` (its fitted
+post-processing, if any), ``DIR/report.md`` and ``DIR/candidates.jsonl`` (every candidate's dev scores,
+:mod:`~valuelens.tuning.report`). The cache (``DIR/cache``) makes an interrupted run resumable; it is
+removed after a run unless ``keep_cache=True``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from valuelens import models
+from valuelens.batching import TruncationWarning
+from valuelens.config import EncoderConfig
+from valuelens.embed_filter import EmbedFilter
+from valuelens.encoder import Encoder
+from valuelens.errors import ConfigError
+from valuelens.loading import load_model
+from valuelens.presets.folder import PresetFolder
+from valuelens.presets.resolution import resolve
+from valuelens.presets.table import FUTUREEOL_SENTENCE
+from valuelens.tuning.cache import FAMILIES, LayerCache
+from valuelens.tuning.data import MODES, Mode, TuneData
+from valuelens.tuning.report import write_report
+from valuelens.tuning.search import OBJECTIVES, Candidate, Objective, Row, Scorer, search
+
+__all__ = ["PROMPTS", "QUERY_TEMPLATES", "STATE_FILE", "TuneResult", "tune"]
+
+logger = logging.getLogger(__name__)
+
+#: The prompts each mode tries (every readout family is read under each; ``None``: no prompt, for the
+#: families that do not read the last token's attention).
+PROMPTS: dict[Mode, tuple[str | None, ...]] = {
+    "quick": (FUTUREEOL_SENTENCE,),
+    "full": (FUTUREEOL_SENTENCE, "futureeol", "prompteol", None),
+}
+#: The prompts queries are also embedded under (cheap: queries are few and short), for a query side.
+QUERY_TEMPLATES: tuple[str | None, ...] = (
+    FUTUREEOL_SENTENCE,
+    "futureeol",
+    'Forecasting the subsequent tokens of this query: "{text}" in one word:"',
+    "prompteol",
+)
+#: The fitted post-processing's file name in a tuned folder.
+STATE_FILE = "state.safetensors"
+#: Dev texts and documents the winner is re-embedded on by the real encoder, to check the cache's math.
+_CHECK_TEXTS = 48
+_CHECK_DOCS = 8
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` wrote and found."""
+
+    folder: Path
+    spec: dict
+    best: Row
+    references: dict[str, dict]
+    """Per preset of ``compare``: its dev ``sts``, ``retrieval``, ``objective`` and ``spec``."""
+    seconds: dict[str, float]
+
+
+def tune(
+    model: str | os.PathLike[str] | None,
+    output: str | os.PathLike[str],
+    *,
+    objective: Objective = "balanced",
+    mode: Mode = "quick",
+    corpus: str | os.PathLike[str] | None = None,
+    compare: Sequence[str] = (),
+    max_length: int | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 32,
+    keep_cache: bool = False,
+    show_progress: bool = True,
+) -> TuneResult:
+    """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
+
+    ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data with the real
+    encoder, as rows of the report. Raises :class:`ConfigError` for a bad option before any model loads.
+    """
+    if objective not in OBJECTIVES:
+        msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
+        raise ConfigError(msg)
+    if mode not in MODES:
+        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
+        raise ConfigError(msg)
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        msg = f"output {str(out)!r} exists and is not a folder"
+        raise ConfigError(msg)
+    started = time.perf_counter()
+    data = TuneData.build(mode, corpus=corpus, data_dir=data_dir)
+    path = models.path(model)
+    name = str(model) if model is not None else models.DEFAULT_MODEL
+    spec_max = EncoderConfig(max_length=max_length).effective_max_length
+    net, tokenizer = load_model(path, device=device, dtype=dtype)
+    probe = Encoder(net, tokenizer, recipe="va", layers="all")
+    key, n_layers = probe.parts.model_key, len(probe.layers)
+    seconds: dict[str, float] = {"load": time.perf_counter() - started}
+
+    cache = LayerCache.open(out / "cache", data, model_name=name, model_key=key, max_length=spec_max)
+    prompts = PROMPTS[mode]
+    query_templates = [p for p in QUERY_TEMPLATES if p not in prompts]
+    sets = data.sets()
+    total = sum(len(texts) for texts in sets.values()) * len(prompts) + len(sets["queries"]) * len(
+        query_templates
+    )
+    tick = time.perf_counter()
+    with tqdm(
+        total=total, desc="valuelens tune: forward passes", unit="text", disable=not show_progress
+    ) as bar:
+        cache.fill(
+            net, tokenizer, prompts, FAMILIES, sets, max_length=spec_max, batch_size=batch_size, progress=bar
+        )
+        queries = {"queries": sets["queries"]}
+        cache.fill(
+            net,
+            tokenizer,
+            query_templates,
+            FAMILIES,
+            queries,
+            max_length=spec_max,
+            batch_size=batch_size,
+            progress=bar,
+        )
+    seconds["forward"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    taus = (2.0,)
+    filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
+    scorer = Scorer(cache, data, objective=objective, embed_filters=filters)
+    n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
+    with tqdm(
+        total=n_groups, desc="valuelens tune: scoring", unit="family", disable=not show_progress
+    ) as bar:
+        rows = search(
+            scorer, prompts, FAMILIES, n_layers, taus=taus, query_templates=QUERY_TEMPLATES, progress=bar
+        )
+    seconds["search"] = time.perf_counter() - tick
+
+    best = rows[0]
+    fields = best.candidate.fields()
+    if max_length is not None:
+        fields["max_length"] = max_length
+    config = EncoderConfig.from_dict(fields).resolved(*key)
+    out.mkdir(parents=True, exist_ok=True)
+    state = out / STATE_FILE
+    state.unlink(missing_ok=True)
+    post = scorer.fit_post(
+        best.candidate, fitted_on=data.fit_source, model=name, encoder_config=config.to_dict()
+    )
+    if post is not None:
+        post.save(state)
+        fields["postprocess"] = STATE_FILE
+
+    tick = time.perf_counter()
+    folder = PresetFolder(out.resolve(), name, key, fields, objective)
+    with warnings.catch_warnings():  # documents past max_length are cut, as the spec says: no news here
+        warnings.simplefilter("ignore", TruncationWarning)
+        agreement = _check(folder, net, tokenizer, scorer, best.candidate, post, key)
+        references = {ref: _reference(ref, name, net, tokenizer, scorer, key, max_length) for ref in compare}
+    seconds["check"] = time.perf_counter() - tick
+    seconds["total"] = time.perf_counter() - started
+    info = {
+        "mode": mode,
+        "dev": {
+            "sts": round(best.sts, 2),
+            "retrieval": round(best.retrieval, 2),
+            "objective": round(best.objective, 2),
+        },
+        "data": {
+            "sts_pairs": len(data.sts.gold),
+            "retrieval_queries": len(data.retrieval.queries),
+            "retrieval_docs": len(data.retrieval.docs),
+            "fit": data.fit_source,
+        },
+        "check_min_cosine": round(agreement, 6),
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+    }
+    folder = PresetFolder(out.resolve(), name, key, fields, objective, info)
+    folder.write()
+    write_report(folder, rows, references, data, prompts)
+    if not keep_cache:
+        shutil.rmtree(out / "cache", ignore_errors=True)
+    return TuneResult(folder.path, fields, best, references, seconds)
+
+
+def _check(
+    folder: PresetFolder,
+    net: object,
+    tokenizer: object,
+    scorer: Scorer,
+    candidate: Candidate,
+    post: object,
+    key: tuple[str, int, int],
+) -> float:
+    """Embed a few dev texts (sentences, documents, queries) with the real encoder of the chosen spec
+    and compare with the cache's
+    vectors of the candidate; the smallest cosine (``ConfigError`` below 0.99: the search's math and
+    the encoder disagree)."""
+    fields = folder.fields(key) if folder.spec.get("postprocess") else dict(folder.spec)
+    encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields))  # type: ignore[arg-type]
+    data = scorer.data
+    worst = 1.0
+    checks = (
+        ("sts", data.sts.texts, _CHECK_TEXTS, encoder.encode),
+        ("docs", data.retrieval.docs, _CHECK_DOCS, encoder.encode),
+        ("queries", data.retrieval.queries, _CHECK_DOCS, encoder.encode_query),
+    )
+    for set_name, texts, count, encode in checks:
+        real = np.asarray(encode(list(texts[:count]), normalize=True), dtype=np.float64)
+        cached = scorer.vectors(candidate, set_name, post)[:count].astype(np.float64)  # type: ignore[arg-type]
+        cached /= np.linalg.norm(cached, axis=1, keepdims=True)
+        worst = min(worst, float((real * cached).sum(1).min()))
+    if worst < 0.99:
+        msg = f"the chosen spec's real embeddings disagree with the tuning cache (cosine {worst:.4f}): please report this"
+        raise ConfigError(msg)
+    return worst
+
+
+def _reference(
+    preset: str,
+    name: str,
+    net: object,
+    tokenizer: object,
+    scorer: Scorer,
+    key: tuple[str, int, int],
+    max_length: int | None,
+) -> dict:
+    """An existing preset's dev scores, embedded by the real encoder (a row of the report)."""
+    overrides = {} if max_length is None else {"max_length": max_length}
+    config = resolve(preset, key, overrides)
+    encoder = Encoder(net, tokenizer, config, name_or_path=name)  # type: ignore[arg-type]
+    data = scorer.data
+    vec = {
+        "sts": np.asarray(encoder.encode(list(data.sts.texts))),
+        "queries": np.asarray(encoder.encode_query(list(data.retrieval.queries))),
+        "docs": np.asarray(encoder.encode(list(data.retrieval.docs))),
+    }
+    sts = scorer.sts(vec["sts"])
+    ret = scorer.retrieval(vec["queries"], vec["docs"])
+    return {"sts": sts, "retrieval": ret, "objective": scorer.combine(sts, ret), "spec": config.to_dict()}

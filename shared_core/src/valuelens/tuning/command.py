@@ -1,0 +1,110 @@
+"""The ``valuelens tune`` command (registered by :mod:`valuelens.cli`): :func:`valuelens.tuning.tune`.
+
+Usage::
+
+    valuelens tune smollm2-135m -o tuned/smollm2                 # quick mode, balanced objective
+    valuelens tune ./my-model -o tuned/mine --objective retrieval --corpus my_docs.txt --mode full
+    valuelens embed docs.txt -o vectors.parquet --model ./my-model --preset tuned/mine
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from valuelens.errors import ValueLensError
+from valuelens.options import fail
+
+__all__ = ["tune_command"]
+
+
+def tune_command(
+    model: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODEL", help="Bundled model name (smollm2-135m, ...), local folder or hub id."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="The preset folder to write (preset.json, state, report.md).")
+    ],
+    objective: Annotated[
+        str,
+        typer.Option(help="balanced (mean of STS-B dev Spearman and SciFact dev nDCG@10), sts or retrieval."),
+    ] = "balanced",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="quick (600 STS-B dev pairs, a ~300-document dev corpus, one prompt) or full (all dev pairs, the whole corpus, 4 prompts)."
+        ),
+    ] = "quick",
+    corpus: Annotated[
+        Path | None,
+        typer.Option(
+            help="Unlabeled texts of your own to fit post-processing on (.txt, one per line, or .jsonl with 'text')."
+        ),
+    ] = None,
+    compare: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An existing preset (best, sts, a folder) to score on the same dev data, for the report; repeatable."
+        ),
+    ] = None,
+    max_length: Annotated[
+        int | None, typer.Option("--max-length", min=1, help="Token limit per text (default 512).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="The benchmark data folder (default: $VALUELENS_DATA_DIR or ../shared/data)."),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: cuda if available).")] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")
+    ] = None,
+    keep_cache: Annotated[
+        bool, typer.Option("--keep-cache", help="Keep OUT/cache (the per-layer vectors) after the run.")
+    ] = False,
+    threads: Annotated[str, typer.Option(help="CPU threads: auto, torch or a number.")] = "auto",
+) -> None:
+    """Tune a preset for MODEL on dev data (STS-B dev, SciFact's dev split) and write it to OUT.
+
+    One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion and
+    post-processing is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
+    from valuelens.cpu import parse_threads
+    from valuelens.tuning import tune
+
+    try:
+        count = parse_threads(threads)
+        if count is not None:
+            import torch
+
+            torch.set_num_threads(count)
+        result = tune(
+            model,
+            out,
+            objective=objective,  # type: ignore[arg-type]
+            mode=mode,  # type: ignore[arg-type]
+            corpus=corpus,
+            compare=tuple(compare or ()),
+            max_length=max_length,
+            data_dir=data_dir,
+            device=device,
+            dtype=dtype,
+            keep_cache=keep_cache,
+        )
+    except (ValueLensError, ValueError, OSError) as exc:
+        raise fail(exc) from None
+    best = result.best
+    typer.echo(
+        f"wrote {result.folder} ({best.candidate.label()}): STS-B dev {best.sts:.2f}, "
+        f"SciFact dev nDCG@10 {best.retrieval:.2f}, {objective} {best.objective:.2f}, "
+        f"{result.seconds['total']:.0f} s; report: {result.folder / 'report.md'}"
+    )
+    for name, scores in result.references.items():
+        typer.echo(
+            f"  preset {name}: STS-B dev {scores['sts']:.2f}, SciFact dev nDCG@10 {scores['retrieval']:.2f}, "
+            f"{objective} {scores['objective']:.2f}"
+        )
+    typer.echo(f'use it: --preset {result.folder}  (or preset="{result.folder}")')

@@ -1,0 +1,150 @@
+"""The report of a tuning run: ``report.md`` (the choice, its cost, the best candidates) and
+``candidates.jsonl`` (every candidate's dev scores).
+
+Usage: ``write_report(folder, rows, references, data, prompts)`` after :func:`valuelens.tuning.search.search`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from valuelens.presets.folder import PresetFolder
+from valuelens.tuning.data import TuneData
+from valuelens.tuning.search import Row
+
+__all__ = ["CANDIDATES_FILE", "REPORT_FILE", "write_report"]
+
+REPORT_FILE = "report.md"
+CANDIDATES_FILE = "candidates.jsonl"
+_TOP = 20
+
+
+def _cell(text: str) -> str:
+    """``text`` in a markdown table cell (a fusion's ``|`` escaped)."""
+    return text.replace("|", "\\|")
+
+
+def _line(label: str, stage: str, sts: float, retrieval: float, objective: float) -> str:
+    return f"| {_cell(label)} | {stage} | {sts:.2f} | {retrieval:.2f} | {objective:.2f} |"
+
+
+def _prompt_names(prompts: Sequence[str | None]) -> dict[str | None, str]:
+    return {p: f"P{i + 1}" for i, p in enumerate(prompts)}
+
+
+def write_report(
+    folder: PresetFolder,
+    rows: Sequence[Row],
+    references: Mapping[str, Mapping],
+    data: TuneData,
+    prompts: Sequence[str | None],
+) -> Path:
+    """Write ``report.md`` and ``candidates.jsonl`` into the folder; returns the report's path."""
+    names = _prompt_names(prompts)
+    with open(folder.path / CANDIDATES_FILE, "w", encoding="utf-8") as handle:
+        for row in rows:
+            record = {
+                "candidate": row.candidate.label(),
+                "prompt": row.candidate.prompt,
+                "stage": row.stage,
+                "sts": round(row.sts, 3),
+                "retrieval": round(row.retrieval, 3),
+                "objective": round(row.objective, 3),
+                "spec": row.candidate.fields(),
+                "postprocess": row.candidate.post,
+            }
+            handle.write(json.dumps(record) + "\n")
+    best = rows[0]
+    info = folder.info
+    seconds = info.get("seconds", {})
+    lines = [
+        f"# valuelens tune: {folder.model}",
+        "",
+        f"Objective `{folder.objective}` (balanced: the mean of STS-B dev Spearman and SciFact dev nDCG@10, both ×100), "
+        f"{info.get('mode', '?')} mode. Dev data only: {len(data.sts.gold)} STS-B dev pairs; SciFact's carved dev split "
+        f"({len(data.retrieval.queries)} queries) over {len(data.retrieval.docs)} documents. Post-processing fitted on "
+        f"{data.fit_source} (unlabeled).",
+        "",
+        'Use it: `Encoder.from_pretrained(MODEL, preset="DIR")`, `ValueLensEmbeddings(model_name=MODEL, preset="DIR")`, '
+        '`ValueLensEmbedding(model_name=MODEL, preset="DIR")`, `ValuePooling(preset="DIR")`, `valuelens embed ... --preset DIR`.',
+        "",
+        "## Chosen",
+        "",
+        f"`{best.candidate.label()}` (stage {best.stage}): STS-B dev {best.sts:.2f}, SciFact dev nDCG@10 "
+        f"{best.retrieval:.2f}, objective {best.objective:.2f}.",
+        "",
+        "```json",
+        json.dumps(folder.spec, indent=1),
+        "```",
+        "",
+        f"The real encoder of this spec reproduces the search's vectors (smallest cosine on "
+        f"{len(data.sts.texts[:48])} dev sentences and 8 documents: {info.get('check_min_cosine', float('nan')):.5f}).",
+        "",
+        "## Cost",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+        *[f"| {step} | {value:.0f} |" for step, value in seconds.items()],
+        "",
+        f"{len(rows)} candidates scored offline from one forward pass per text and prompt "
+        f"({len(prompts)} prompts × {sum(len(t) for t in data.sets().values())} texts).",
+        "",
+        "## Prompts",
+        "",
+        *[f"- {names[p]}: {p!r}" for p in prompts],
+        "",
+    ]
+    if references:
+        lines += ["## Compared with existing presets (same dev data, real encoder)", ""]
+        lines += ["| preset | STS-B dev | SciFact dev nDCG@10 | objective |", "|---|---:|---:|---:|"]
+        for ref, scores in references.items():
+            lines.append(
+                f"| {ref} | {scores['sts']:.2f} | {scores['retrieval']:.2f} | {scores['objective']:.2f} |"
+            )
+        lines.append(
+            f"| tuned (this folder) | {best.sts:.2f} | {best.retrieval:.2f} | {best.objective:.2f} |"
+        )
+        lines.append("")
+    lines += [
+        "## Best band of each readout family",
+        "",
+        "| prompt · candidate | stage | STS-B dev | SciFact dev nDCG@10 | objective |",
+        "|---|---|---:|---:|---:|",
+    ]
+    seen: set[tuple[str | None, str]] = set()
+    for row in rows:
+        key = (row.candidate.prompt, row.candidate.main.family.name)
+        if row.stage == "band" and key not in seen:
+            seen.add(key)
+            lines.append(
+                _line(
+                    f"{names[row.candidate.prompt]} · {row.candidate.label()}",
+                    row.stage,
+                    row.sts,
+                    row.retrieval,
+                    row.objective,
+                )
+            )
+    lines += [
+        "",
+        f"## The {_TOP} best candidates",
+        "",
+        "| prompt · candidate | stage | STS-B dev | SciFact dev nDCG@10 | objective |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in rows[:_TOP]:
+        lines.append(
+            _line(
+                f"{names[row.candidate.prompt]} · {row.candidate.label()}",
+                row.stage,
+                row.sts,
+                row.retrieval,
+                row.objective,
+            )
+        )
+    lines += ["", f"Every candidate's scores: `{CANDIDATES_FILE}` ({len(rows)} rows).", ""]
+    report = folder.path / REPORT_FILE
+    report.write_text("\n".join(lines), encoding="utf-8")
+    return report

@@ -1,0 +1,93 @@
+"""The query side of a spec (``query_template``): queries under their own prompt, in the documents' space."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from tiny_models import CORPUS
+from valuelens import ConfigError, Encoder, EncoderConfig
+from valuelens.fitting import fit_texts
+from valuelens.presets.resolution import resolve
+
+QUERY = 'Find the passage for this query: "{text}" in one word:"'
+
+
+def test_queries_go_under_the_query_template_and_documents_do_not(tiny_checkpoint):
+    enc = Encoder.from_pretrained(
+        tiny_checkpoint, recipe="aligned-wva", prompt="futureeol", query_template=QUERY
+    )
+    assert enc.config.query_template == QUERY and enc.for_queries() is enc.for_queries()
+    as_documents = Encoder.from_pretrained(tiny_checkpoint, recipe="aligned-wva", prompt="futureeol")
+    as_queries = Encoder.from_pretrained(tiny_checkpoint, recipe="aligned-wva", prompt=QUERY)
+    np.testing.assert_allclose(enc.encode(CORPUS), as_documents.encode(CORPUS), atol=1e-5)
+    np.testing.assert_allclose(enc.encode_query(CORPUS), as_queries.encode(CORPUS), atol=1e-5)
+    assert not np.allclose(enc.encode_query(CORPUS), enc.encode(CORPUS), atol=1e-3)
+    single = enc.encode_query(CORPUS[0], normalize=True)
+    assert single.shape == (enc.dimension,) and abs(float(np.linalg.norm(single)) - 1) < 1e-5
+    plain = Encoder.from_pretrained(tiny_checkpoint, recipe="va")
+    assert plain.for_queries() is plain  # no query side: queries are documents
+    np.testing.assert_allclose(plain.encode_query(CORPUS), plain.encode(CORPUS), atol=1e-6)
+
+
+def test_a_fitted_state_serves_both_sides(tiny_checkpoint, tmp_path):
+    spec = EncoderConfig(recipe="va", layers=[1, 2], prompt="futureeol")
+    state = fit_texts(Encoder.from_pretrained(tiny_checkpoint, spec), CORPUS * 3, kind="center")
+    state.save(tmp_path / "s.safetensors")
+    enc = Encoder.from_pretrained(
+        tiny_checkpoint, spec.replace(postprocess=str(tmp_path / "s.safetensors"), query_template=QUERY)
+    )
+    raw = Encoder.from_pretrained(tiny_checkpoint, spec.replace(prompt=QUERY)).encode(CORPUS)
+    np.testing.assert_allclose(enc.encode_query(CORPUS), state.transform(raw), atol=1e-5)
+    with pytest.raises(ConfigError, match="query_template: unknown prompt"):  # a bad template is named
+        EncoderConfig(query_template="no placeholder here")
+
+
+def test_the_adapters_embed_queries_under_the_query_template(tiny_checkpoint):
+    from langchain_valuelens import ValueLensEmbeddings
+    from llama_index.embeddings.valuelens import ValueLensEmbedding
+
+    fields = {"recipe": "aligned-wva", "prompt": "futureeol", "query_template": QUERY}
+    reference = Encoder.from_pretrained(tiny_checkpoint, **fields)
+    lc = ValueLensEmbeddings(model=tiny_checkpoint, device="cpu", **fields)
+    np.testing.assert_allclose(
+        lc.embed_query(CORPUS[0]), reference.encode_query(CORPUS[0], normalize=True), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.array(lc.embed_documents(CORPUS)), reference.encode(CORPUS, normalize=True), atol=1e-5
+    )
+    li = ValueLensEmbedding(tiny_checkpoint, device="cpu", **fields)
+    np.testing.assert_allclose(
+        li.get_query_embedding(CORPUS[1]), reference.encode_query(CORPUS[1], normalize=True), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        li.get_text_embedding(CORPUS[1]), reference.encode(CORPUS[1], normalize=True), atol=1e-5
+    )
+
+
+def test_sentence_transformers_encode_query_uses_it(tiny_checkpoint):
+    from sentence_transformers.base.modules import Transformer
+
+    from sentence_transformers import SentenceTransformer
+    from valuelens_sentence_transformers import ValuePooling
+
+    fields = {"recipe": "aligned-wva", "prompt": "futureeol", "query_template": QUERY}
+    model = SentenceTransformer(modules=[Transformer(tiny_checkpoint), ValuePooling(**fields)], device="cpu")
+    reference = Encoder.from_pretrained(tiny_checkpoint, **fields)
+    np.testing.assert_allclose(model.encode_query(CORPUS), reference.encode_query(CORPUS), atol=1e-5)
+    np.testing.assert_allclose(model.encode_document(CORPUS), reference.encode(CORPUS), atol=1e-5)
+    np.testing.assert_allclose(model.encode(CORPUS), reference.encode(CORPUS), atol=1e-5)
+
+
+def test_overriding_the_query_template_keeps_a_presets_fitted_state(
+    tiny_checkpoint, monkeypatch, tmp_path, caplog
+):
+    from tiny_models import tune_tiny_preset
+
+    entry = tune_tiny_preset(monkeypatch, tiny_checkpoint, tmp_path)
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    config = resolve("best", tiny_checkpoint, {"query_template": QUERY})
+    assert config.query_template == QUERY and config.postprocess == entry["postprocess"]
+    assert not [r for r in caplog.records if "dropped" in r.getMessage()]

@@ -1,0 +1,233 @@
+"""``valuelens tune`` (:mod:`valuelens.tuning`) and the preset folders it writes (``preset=DIR``), on a
+tiny random checkpoint and a tiny data folder in the benchmark formats (fixtures in tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from typer.testing import CliRunner
+
+from tiny_models import save_tiny_model
+from valuelens import ConfigError, Encoder, EncoderConfig
+from valuelens.cli import app
+from valuelens.evaluation.metrics import cosine_similarity_matrix, ndcg_at_k, rank_documents
+from valuelens.fitting import fit_texts
+from valuelens.presets.folder import PRESET_FILE, PresetFolder
+from valuelens.presets.resolution import resolve
+from valuelens.tuning import STATE_FILE, tune
+from valuelens.tuning.cache import FAMILIES, LayerCache
+from valuelens.tuning.data import TuneData
+from valuelens.tuning.search import Candidate, Part, Scorer
+
+KEY = ("llama", 4, 64)
+
+
+def _dev_scores(encoder: Encoder, data: TuneData) -> tuple[float, float]:
+    """STS-B dev Spearman and retrieval dev nDCG@10 (×100) of a real encoder, computed apart from the search."""
+    vec = encoder.encode(list(data.sts.texts), normalize=True)
+    cos = (vec[list(data.sts.a)] * vec[list(data.sts.b)]).sum(1)
+    sts = float(spearmanr(cos, data.sts.gold).statistic) * 100
+    ret = data.retrieval
+    scores = cosine_similarity_matrix(encoder.encode(list(ret.queries)), encoder.encode(list(ret.docs)))
+    rankings = rank_documents(scores, list(ret.doc_ids), top_k=10)
+    ndcg = np.mean([ndcg_at_k(r, ret.qrels[q], 10) for q, r in zip(ret.query_ids, rankings, strict=True)])
+    return sts, float(ndcg) * 100
+
+
+def test_tune_writes_a_folder_whose_spec_reproduces_its_dev_scores(
+    tuned_folder, tiny_checkpoint, tiny_data_dir
+):
+    names = {p.name for p in tuned_folder.iterdir()}
+    assert {PRESET_FILE, "report.md", "candidates.jsonl"} <= names and "cache" not in names
+    folder = PresetFolder.read(tuned_folder)
+    assert folder.model_key == KEY and folder.objective == "balanced" and folder.info["mode"] == "quick"
+    rows = [json.loads(line) for line in (tuned_folder / "candidates.jsonl").read_text().splitlines()]
+    objectives = [row["objective"] for row in rows]
+    assert objectives == sorted(objectives, reverse=True) and len(rows) > 50
+    assert {"band", "embed_filter", "fusion", "postprocess"} <= {row["stage"] for row in rows}
+    assert rows[0]["objective"] == pytest.approx(folder.info["dev"]["objective"], abs=0.01)
+    assert folder.info["check_min_cosine"] > 0.99
+    # the folder's spec, loaded as a preset by the real encoder, scores what the search said on dev
+    encoder = Encoder.from_pretrained(tiny_checkpoint, preset=str(tuned_folder))
+    sts, ret = _dev_scores(encoder, TuneData.build("quick", data_dir=tiny_data_dir))
+    assert sts == pytest.approx(folder.info["dev"]["sts"], abs=1.0)
+    assert ret == pytest.approx(folder.info["dev"]["retrieval"], abs=1.0)
+    report = (tuned_folder / "report.md").read_text()
+    assert "## Chosen" in report and rows[0]["candidate"] in report and "## Cost" in report
+    candidate_rows = [line for line in report.splitlines() if line.startswith("| P1 · ")]
+    assert candidate_rows and all(len(re.findall(r"(?<!\\)\|", line)) == 6 for line in candidate_rows)
+
+
+def test_the_search_computes_a_candidate_as_the_encoder_does(tiny_checkpoint, tiny_data_dir, tmp_path):
+    """Band mean, EmbedFilter on a fused part, fusion weight and a fitted centering, from the cache,
+    against the real encoder of the candidate's spec."""
+    tune(tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, keep_cache=True, show_progress=False)
+    data = TuneData.build("quick", data_dir=tiny_data_dir)
+    cache = LayerCache.open(
+        tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
+    )
+    from valuelens.embed_filter import EmbedFilter
+
+    scorer = Scorer(cache, data, embed_filters={2.0: EmbedFilter.from_model(tiny_checkpoint, tau=2.0)})
+    family = {f.name: f for f in FAMILIES}
+    prompt = folder_prompt = PresetFolder.read(tmp_path / "t").spec["prompt"]
+    candidate = Candidate(
+        prompt, Part(family["aligned-wva-dp"], 1, 3), Part(family["aligned-va"], 0, 2, 2.0), 0.5, "center"
+    )
+    post = scorer.fit_post(candidate)
+    searched = scorer.vectors(candidate, "sts", post)
+    encoder = Encoder.from_pretrained(tiny_checkpoint, EncoderConfig.from_dict(candidate.fields()))
+    assert encoder.config.drop_prefix and encoder.config.fusion[0].embed_filter == 2.0
+    assert folder_prompt == encoder.config.prompt
+    real = post.transform(encoder.encode(list(data.sts.texts)))
+    cos = (real * searched).sum(1) / np.linalg.norm(real, axis=1) / np.linalg.norm(searched, axis=1)
+    assert cos.min() > 0.999
+
+
+def test_a_second_run_reuses_the_cache_and_a_stale_one_is_cleared(
+    tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch, caplog
+):
+    first = tune(
+        tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, keep_cache=True, show_progress=False
+    )
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the cached passes ran again")
+
+    monkeypatch.setattr("valuelens.tuning.cache.run_batches", no_forward)
+    again = tune(
+        tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, keep_cache=True, show_progress=False
+    )
+    assert again.spec == first.spec
+    meta = tmp_path / "t" / "cache" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "data": "other"}))
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    with pytest.raises(AssertionError, match="ran again"):  # made for other data: cleared and recomputed
+        tune(tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, show_progress=False)
+    assert any("clearing the tuning cache" in r.getMessage() for r in caplog.records)
+
+
+def test_bad_options_fail_before_any_model_loads(tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("valuelens.tuning.load_model", refuse)
+    with pytest.raises(ConfigError, match="objective must be one of 'balanced', 'sts', 'retrieval'"):
+        tune(tiny_checkpoint, tmp_path / "a", objective="speed", data_dir=tiny_data_dir)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        tune(tiny_checkpoint, tmp_path / "a", mode="fast", data_dir=tiny_data_dir)  # type: ignore[arg-type]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="not a folder"):
+        tune(tiny_checkpoint, tmp_path / "file", data_dir=tiny_data_dir)
+    (tmp_path / "few.txt").write_text("one\ntwo\n")
+    with pytest.raises(ConfigError, match="at least 10"):
+        tune(tiny_checkpoint, tmp_path / "a", corpus=tmp_path / "few.txt", data_dir=tiny_data_dir)
+
+
+def test_a_corpus_of_ones_own_is_what_the_state_is_fitted_on(tiny_checkpoint, tiny_data_dir, tmp_path):
+    texts = [f"note {i}: the cat sat on the mat near the park" for i in range(40)]
+    (tmp_path / "mine.txt").write_text("\n".join(texts) + "\n\n")
+    data = TuneData.build("quick", corpus=tmp_path / "mine.txt", data_dir=tiny_data_dir)
+    assert data.fit_texts == tuple(texts) and data.fit_source == "40 texts of mine.txt"
+
+
+def test_the_command_line(tiny_checkpoint, tiny_data_dir, tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(app, ["tune", tiny_checkpoint, "-o", str(tmp_path / "a"), "--objective", "speed"])
+    assert bad.exit_code == 2 and "objective must be one of" in bad.output
+    args = [
+        "tune",
+        tiny_checkpoint,
+        "-o",
+        str(tmp_path / "t"),
+        "--data-dir",
+        str(tiny_data_dir),
+        "--compare",
+        "best",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "preset best: STS-B dev" in result.output
+    assert "| preset | STS-B dev" in (tmp_path / "t" / "report.md").read_text()
+    out = tmp_path / "v.npy"
+    (tmp_path / "in.txt").write_text("A cat.\nA dog.\n")
+    embed = runner.invoke(
+        app,
+        [
+            "embed",
+            str(tmp_path / "in.txt"),
+            "-o",
+            str(out),
+            "--model",
+            tiny_checkpoint,
+            "--preset",
+            str(tmp_path / "t"),
+        ],
+    )
+    assert embed.exit_code == 0, embed.output
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset=str(tmp_path / "t")).encode(
+        ["A cat.", "A dog."], normalize=True
+    )
+    np.testing.assert_allclose(np.load(out), reference, atol=1e-5)
+
+
+# ---------------------------------------------------------------------- preset folders
+
+
+@pytest.fixture
+def folder_with_state(tiny_checkpoint, tmp_path):
+    """A preset folder written by hand: VA over layers 1-2 and a centering fitted for that spec."""
+    spec = {"recipe": "va", "layers": [1, 2]}
+    encoder = Encoder.from_pretrained(tiny_checkpoint, EncoderConfig.from_dict(spec))
+    state = fit_texts(encoder, [f"text number {i} about cats" for i in range(20)], kind="center")
+    out = tmp_path / "folder"
+    out.mkdir()
+    state.save(out / STATE_FILE)
+    PresetFolder(out, "tiny", KEY, {**spec, "postprocess": STATE_FILE}).write()
+    return out
+
+
+def test_a_folder_is_a_preset_on_its_model_and_can_be_moved(folder_with_state, tiny_checkpoint, tmp_path):
+    config = resolve(str(folder_with_state), tiny_checkpoint)
+    assert config.recipe == "va" and config.postprocess == str(folder_with_state.resolve() / STATE_FILE)
+    moved = tmp_path / "moved"
+    shutil.copytree(folder_with_state, moved)
+    shutil.rmtree(folder_with_state)
+    a = Encoder.from_pretrained(tiny_checkpoint, preset=moved)  # a path object too
+    assert a.postprocess is not None and a.config.layers == (1, 2)
+    texts = ["A cat.", "A dog in the park."]
+    plain = Encoder.from_pretrained(tiny_checkpoint, recipe="va", layers=[1, 2]).encode(texts)
+    np.testing.assert_allclose(a.encode(texts), a.postprocess.transform(plain), atol=1e-5)
+
+
+def test_overrides_on_a_folder_follow_the_one_preset_rule(folder_with_state, tiny_checkpoint, caplog):
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    assert resolve(str(folder_with_state), KEY, {"max_length": 64}).postprocess is not None  # kept
+    config = resolve(str(folder_with_state), KEY, {"recipe": "hs"})
+    assert config.recipe == "hs" and config.postprocess is None
+    assert any(
+        "dropped postprocess=" in r.getMessage() and "recipe=" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_folder_is_refused_for_another_model_and_when_broken(folder_with_state, tmp_path):
+    qwen = save_tiny_model(tmp_path / "qwen", arch="qwen2")
+    with pytest.raises(ConfigError, match=r"was tuned for tiny \(llama, 4 layers, hidden size 64\), not for"):
+        Encoder.from_pretrained(qwen, preset=str(folder_with_state))
+    with pytest.raises(ConfigError, match="or a folder written by `valuelens tune"):
+        resolve(str(tmp_path / "nowhere"), KEY)
+    (folder_with_state / STATE_FILE).unlink()
+    with pytest.raises(ConfigError, match=r"names the state 'state\.safetensors', which is not in it"):
+        resolve(str(folder_with_state), KEY)
+    (folder_with_state / PRESET_FILE).write_text('{"format": "something-else"}')
+    with pytest.raises(ConfigError, match="is not a valuelens-preset/1 file"):
+        resolve(str(folder_with_state), KEY)
+    (folder_with_state / PRESET_FILE).write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read"):
+        resolve(str(folder_with_state), KEY)
