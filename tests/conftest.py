@@ -71,6 +71,18 @@ def tiny_llama(tiny_tokenizer_session):
     return build_tiny_model("llama", len(tiny_tokenizer_session))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fit_cache(tmp_path_factory):
+    """States fitted at first use (``postprocess="fit:..."``, the untuned rule) go to a folder of this
+    session, not the user's cache."""
+    from valuelens.first_use import FIT_CACHE_ENV
+
+    folder = tmp_path_factory.mktemp("fit-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FIT_CACHE_ENV, str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> str:
     """A tiny random Llama and the tiny tokenizer saved once per session as a Hugging Face folder.

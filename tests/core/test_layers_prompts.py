@@ -22,10 +22,23 @@ from valuelens.prompts import NAMED_PROMPTS, Prompt, resolve_prompt
         ([-2, -1], (6, 7)),
         ("-3--1", (5, 6, 7)),
         (3, (3,)),
+        ("70%-100%", (5, 6, 7)),  # round(0.7 * 7) = 5 .. 7
+        ("0%", (0,)),
+        ("0%-30%,100%", (0, 1, 2, 7)),
     ],
 )
 def test_resolve_layers(spec, want):
     assert resolve_layers(spec, 8) == want
+
+
+def test_a_relative_band_lands_on_the_same_depth_for_every_model():
+    # the untuned rule's band on the three bundled depths (what research/default_rule.py scored)
+    assert resolve_layers("70%-100%", 30) == tuple(range(20, 30))
+    assert resolve_layers("70%-100%", 18) == tuple(range(12, 18))
+    assert resolve_layers("70%-100%", 24) == tuple(range(16, 24))
+    for spec in ("70%-120%", "90%-70%", "70-100%", "x%", "70%-80%-90%"):
+        with pytest.raises(ConfigError, match=r"layers="):
+            resolve_layers(spec, 30)
 
 
 def test_auto_uses_given_default_else_band():

@@ -251,3 +251,32 @@ def test_recipe_variants_take_long_text(tiny_llama, tiny_tokenizer):
     chunking = variant_encoders(probe, variants, max_length=MAX_LENGTH, long_text="chunk")
     assert {enc.config.long_text for enc in chunking.values()} == {"chunk"}
     assert {enc.config.long_text for enc in variant_encoders(probe, variants).values()} == {"truncate"}
+
+
+def test_the_command_line_chunks_with_long_text(tiny_checkpoint, tmp_path):
+    from typer.testing import CliRunner
+
+    from valuelens.cli import app
+
+    long = " ".join(CORPUS)  # far past 24 tokens
+    source = tmp_path / "docs.txt"
+    source.write_text(long + "\n" + CORPUS[0] + "\n", encoding="utf-8")
+    got = {}
+    for mode in ("truncate", "chunk"):
+        out = tmp_path / f"{mode}.npy"
+        args = ["embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--recipe", "va"]
+        with warnings.catch_warnings():  # truncating says so (a TruncationWarning): expected here
+            warnings.simplefilter("ignore", TruncationWarning)
+            result = CliRunner().invoke(app, [*args, "--max-length", "24", "--long-text", mode])
+        assert result.exit_code == 0, result.output
+        got[mode] = np.load(out)
+    enc = Encoder.from_pretrained(
+        tiny_checkpoint, device="cpu", recipe="va", max_length=24, long_text="chunk"
+    )
+    np.testing.assert_allclose(
+        got["chunk"], enc.encode([long, CORPUS[0]], normalize=True), rtol=1e-4, atol=1e-5
+    )
+    assert not np.allclose(got["chunk"][0], got["truncate"][0], atol=1e-3)  # the long text differs
+    np.testing.assert_allclose(
+        got["chunk"][1], got["truncate"][1], rtol=1e-4, atol=1e-5
+    )  # a short one does not

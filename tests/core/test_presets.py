@@ -16,9 +16,10 @@ from valuelens.presets.resolution import preset_config
 TEXTS = CORPUS[:6]
 
 
-def test_preset_best_falls_back_to_the_generic_spec_and_can_be_overridden(tmp_path, monkeypatch):
+def test_preset_best_falls_back_to_the_untuned_rule_and_can_be_overridden(tmp_path, monkeypatch):
     path = save_tiny_model(tmp_path / "m")
-    assert preset_config("best", path) == EncoderConfig.from_dict(presets.GENERIC)
+    assert preset_config("best", path) == EncoderConfig.from_dict(presets.UNTUNED)
+    assert preset_config("untuned", path) == EncoderConfig.from_dict(presets.UNTUNED)
     entry = {"recipe": "last-token", "prompt": "pcot", "layers": [2], "prepend_layers": [1]}
     monkeypatch.setitem(presets.PRESETS, ("llama", 4, 64), {"best": entry})
     enc = Encoder.from_pretrained(path, preset="best", max_length=40)
@@ -111,22 +112,23 @@ def test_preset_parts_an_override_invalidates_are_dropped_before_any_model_loads
     assert preset_config("best", path, contrast_layer=1).drop_prefix  # before the layers read: kept
 
 
-def test_a_preset_falls_back_to_the_generic_spec_with_one_log_line_per_model(tmp_path, monkeypatch, caplog):
+def test_a_preset_falls_back_to_the_untuned_rule_with_one_log_line_per_model(tmp_path, monkeypatch, caplog):
     from valuelens.presets import resolution
 
     monkeypatch.setattr(resolution, "_FALLBACK_LOGGED", set())
     path = save_tiny_model(tmp_path / "m")
     caplog.set_level(logging.WARNING, logger="valuelens")
     assert (
-        preset_config("best", path) == preset_config("sts", path) == EncoderConfig.from_dict(presets.GENERIC)
+        preset_config("best", path) == preset_config("sts", path) == EncoderConfig.from_dict(presets.UNTUNED)
     )
     Encoder.from_pretrained(path, preset="best")
-    lines = [r.getMessage() for r in caplog.records if "generic spec" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "rule for untuned models" in r.getMessage()]
     assert len(lines) == 1, lines
     assert f"no tuned entry for {path} (llama, 4 layers, hidden size 64)" in lines[0]
     assert "valuelens tune MODEL -o DIR" in lines[0]
     caplog.clear()
     preset_config("generic", tmp_path / "m")
+    preset_config("untuned", tmp_path / "m")
     assert not caplog.records  # asked for by name: nothing to say
 
 

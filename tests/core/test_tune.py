@@ -231,3 +231,13 @@ def test_a_folder_is_refused_for_another_model_and_when_broken(folder_with_state
     (folder_with_state / PRESET_FILE).write_text("{not json")
     with pytest.raises(ConfigError, match="cannot read"):
         resolve(str(folder_with_state), KEY)
+
+
+def test_a_folder_may_fit_its_state_at_first_use(tiny_checkpoint, tmp_path):
+    """A hand-written folder whose spec says ``postprocess="fit:center"``: nothing to find in the folder,
+    the encoder fits it on the package's corpus when it loads the model."""
+    out = tmp_path / "fitted-at-first-use"
+    PresetFolder(out, "tiny", KEY, {"recipe": "va", "layers": [1, 2], "postprocess": "fit:center"}).write()
+    assert resolve(str(out), KEY).postprocess == "fit:center"
+    enc = Encoder.from_pretrained(tiny_checkpoint, preset=str(out))
+    assert enc.postprocess is not None and enc.postprocess.kind == "center"

@@ -295,7 +295,12 @@ def test_two_pass_prompts_are_refused():
 def test_preset_is_resolved_when_the_model_is_known(tiny_model_dir, tmp_path):
     model = _st(tiny_model_dir["llama"], preset="best", max_length=128)
     pooling = model[1]
-    assert pooling.encoder_config.recipe == "aligned-wva" and pooling.encoder_config.prompt == "futureeol"
+    from valuelens.presets import UNTUNED  # the tiny model has no entry: the rule for untuned models
+
+    assert (
+        pooling.encoder_config.recipe == UNTUNED["recipe"]
+        and pooling.encoder_config.prompt == UNTUNED["prompt"]
+    )
     assert pooling.encoder_config.max_length == 128
     reference = Encoder.from_pretrained(tiny_model_dir["llama"], preset="best", max_length=128)
     np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
@@ -408,3 +413,24 @@ def test_a_tuned_preset_folder_ships_inside_a_saved_model(tiny_checkpoint, tuned
     shutil.rmtree(folder)
     loaded = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
     np.testing.assert_allclose(loaded.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+
+
+def test_an_untuned_model_fits_once_and_a_saved_model_carries_the_state(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    """``ValuePooling(preset="best")`` on a model without an entry: the untuned rule, its all-but-the-top
+    fitted at ``on_model_ready`` (as ``Encoder`` fits it) and saved into the model folder, so the saved
+    model loads without fitting again (an empty fit cache stays empty)."""
+    from valuelens.first_use import FIT_CACHE_ENV
+
+    monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "cache"))
+    model = _st(tiny_checkpoint, preset="best")
+    reference = Encoder.from_pretrained(tiny_checkpoint, preset="best")
+    assert model[1].encoder_config.postprocess == "fit:abtt:2"
+    np.testing.assert_allclose(model.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+    model.save(str(tmp_path / "saved"))
+    assert any((tmp_path / "saved").rglob("postprocess.safetensors"))
+    monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "empty"))
+    loaded = SentenceTransformer(str(tmp_path / "saved"), trust_remote_code=True, device="cpu")
+    np.testing.assert_allclose(loaded.encode(TEXTS), reference.encode(TEXTS), atol=1e-5)
+    assert not (tmp_path / "empty").exists()

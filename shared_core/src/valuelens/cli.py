@@ -21,6 +21,7 @@ import numpy as np
 import typer
 
 from valuelens.analysis.commands import register as _register_analysis
+from valuelens.config import LongText
 from valuelens.embedding_job import (
     DEFAULT_CHUNK_SIZE,
     EmbedJob,
@@ -87,7 +88,8 @@ PresetOpt = Annotated[
     str | None,
     typer.Option(
         help="Start from a named spec for the model: 'best' (recommended: sentences and documents), "
-        "'sts' (short-sentence similarity alone), 'generic', or a folder written by `valuelens tune`."
+        "'sts' (short-sentence similarity alone), 'untuned' (the rule for models without a preset), 'generic' "
+        "(the paper's AlignedWVA), or a folder written by `valuelens tune`."
     ),
 ]
 ConfigFileOpt = Annotated[
@@ -126,6 +128,14 @@ ThreadsOpt = Annotated[
 ]
 MaxLenOpt = Annotated[
     int | None, typer.Option("--max-length", min=1, help="Token limit per text (default 512).")
+]
+LongTextOpt = Annotated[
+    LongText | None,
+    typer.Option(
+        "--long-text",
+        help="A text past --max-length: truncate (cut it, the prompt kept) or chunk (overlapping windows "
+        "under the prompt, their vectors averaged by tokens). Default: the spec's (truncate).",
+    ),
 ]
 
 
@@ -260,6 +270,7 @@ def embed(
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
     max_length: MaxLenOpt = None,
+    long_text: LongTextOpt = None,
     chunk_size: Annotated[
         int, typer.Option(min=1, help="Texts per saved chunk; an interrupted run resumes from the last one.")
     ] = DEFAULT_CHUNK_SIZE,
@@ -293,6 +304,7 @@ def embed(
             prompt=prompt,
             embed_filter=embed_filter,
             max_length=max_length,
+            long_text=long_text,
             postprocess=postprocess,
             drop_prefix=drop_prefix,
         )
@@ -400,6 +412,7 @@ def eval_(
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
     max_length: MaxLenOpt = None,
+    long_text: LongTextOpt = None,
 ) -> None:
     """Score recipes on local tasks with the MTEB metrics; recipes sharing a prompt share forward passes."""
     from valuelens.evaluation import evaluate, load_task, parse_task_spec
@@ -416,7 +429,7 @@ def eval_(
         for task, _ in loaded:
             task.check_split(split)  # before the model loads
         probe = load_probe(model, device=device, dtype=dtype)
-        encoders = variant_encoders(probe, variants, max_length=max_length)
+        encoders = variant_encoders(probe, variants, max_length=max_length, long_text=long_text)
     except (ValueLensError, ValueError) as exc:
         raise fail(exc) from exc
     results = evaluate_variants(encoders, loaded, split=split, batch_size=batch_size, progress=_note)

@@ -29,6 +29,7 @@ from valuelens.layers import (
     resolve_layers,
     validate_spec,
 )
+from valuelens.presets.builtin import FitRequest
 from valuelens.prompts import resolve_prompt
 from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe, get_recipe
 
@@ -189,7 +190,9 @@ class EncoderConfig:
     fusion: tuple[FusionPart, ...] = ()
     """More recipes read in the same forward pass, concatenated after L2 normalization with weights."""
     postprocess: str | None = None
-    """A fitted :class:`valuelens.Postprocess` applied last: a ``.safetensors`` file, or ``"builtin:NAME"``."""
+    """A fitted :class:`valuelens.Postprocess` applied last: a ``.safetensors`` file, ``"builtin:NAME"``, or
+    ``"fit:KIND[:K][@FILE]"`` (fitted when the encoder loads the model, on the package's corpus or FILE,
+    and cached per model: :mod:`valuelens.first_use`)."""
     drop_prefix: bool = False
     """Last-token attention recipes (``wva``, ``aligned-wva``, ``wva-lt``): the last token attends from
     the pooled text on. The keys before it (a BOS and the prompt's head, whose values are the same for
@@ -273,8 +276,13 @@ class EncoderConfig:
             raise ConfigError(msg)
         object.__setattr__(self, "fusion", tuple(FusionPart.coerce(part) for part in fusion))
         if self.postprocess is not None and (not isinstance(self.postprocess, str) or not self.postprocess):
-            msg = f"postprocess must be a path to a fitted state (.safetensors) or 'builtin:NAME', got {self.postprocess!r}"
+            msg = (
+                "postprocess must be a path to a fitted state (.safetensors), 'builtin:NAME' or "
+                f"'fit:KIND[:K][@FILE]' (fitted at first use), got {self.postprocess!r}"
+            )
             raise ConfigError(msg)
+        if isinstance(self.postprocess, str):
+            FitRequest.parse(self.postprocess)  # a malformed fit: reference fails here, before any load
 
     # ------------------------------------------------------------------ resolution
     def resolved(self, model_type: str, n_layers: int, hidden_size: int) -> EncoderConfig:

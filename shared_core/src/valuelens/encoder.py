@@ -33,6 +33,7 @@ from valuelens.capture import CaptureSession, capturing
 from valuelens.config import FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
+from valuelens.first_use import FIT_PREFIX, fitted_state
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget
 from valuelens.loading import build_embed_filter, check_loaded, load_model, resolve_config
 from valuelens.postprocess import Postprocess, load_postprocess
@@ -126,8 +127,14 @@ class Encoder:
         self.edit_plan = EditPlan.from_config(self.config)
         """The forward edits the spec makes (Token Prepending, Contrastive Prompting), built once."""
         self.postprocess: Postprocess | None = None
-        if self.config.postprocess is not None:
-            self.postprocess = load_postprocess(self.config.postprocess, self.config)
+        self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
+        self._queries: Encoder | None = None
+        reference = self.config.postprocess
+        if reference is not None:
+            # a fit: reference is fitted by this encoder (raw, so far) on first use, then read from the cache
+            first_use = reference.startswith(FIT_PREFIX)
+            state = fitted_state(self, reference) if first_use else load_postprocess(reference, self.config)
+            self.postprocess = state
             raw = sum(r.dimension for r in self.readouts)
             if self.postprocess.input_dim != raw:
                 msg = (
@@ -135,8 +142,6 @@ class Encoder:
                     f"embeddings, this encoder's are {raw}-dim"
                 )
                 raise ConfigError(msg)
-        self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
-        self._queries: Encoder | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -4,7 +4,9 @@ Usage: ``resolve_layers("20-27", n_layers=32)`` → ``(20, 21, ..., 27)``.
 
 Accepted specs: ``"all"``, ``"half"`` (the deeper half), ``"last"``, ``"auto"`` (per-model defaults,
 else the 50–85 % depth band), an int, a list of ints (negative ints count from the end), or a string
-of ranges and ints such as ``"20-27"`` or ``"26,27,29-31"``.
+of ranges and ints such as ``"20-27"`` or ``"26,27,29-31"``, or of relative depths such as
+``"70%-100%"`` (layer ``round(p / 100 * (n_layers - 1))``: the same band on any depth, as the presets
+for untuned models use it).
 """
 
 from __future__ import annotations
@@ -51,13 +53,31 @@ def _check_index(index: object, n_layers: int, spec: object) -> int:
     return normalized
 
 
+def _relative(value: str, n_layers: int, spec: str) -> int:
+    """The layer at ``value`` (``"70%"``) of the depth: ``round(0.70 * (n_layers - 1))``."""
+    percent = float(value.removesuffix("%"))
+    if not 0 <= percent <= 100:
+        msg = f"relative depth {value!r} in layers={spec!r} must be between 0% and 100%"
+        raise ConfigError(msg)
+    return round(percent / 100 * (n_layers - 1))
+
+
 def _parse_string(spec: str, n_layers: int) -> list[int]:
     indices: list[int] = []
     for part in spec.replace(" ", "").split(","):
         if not part:
             continue
         try:
-            if "-" in part.lstrip("-"):
+            if "%" in part:
+                ends = part.split("-")
+                if len(ends) > 2 or not all(end.endswith("%") for end in ends):
+                    raise ValueError(part)
+                lo_n, hi_n = (_relative(end, n_layers, spec) for end in (ends[0], ends[-1]))
+                if hi_n < lo_n:
+                    msg = f"empty layer range {part!r} in layers={spec!r}"
+                    raise ConfigError(msg)
+                indices.extend(range(lo_n, hi_n + 1))
+            elif "-" in part.lstrip("-"):
                 lead = "-" if part.startswith("-") else ""
                 left, right = part.lstrip("-").split("-", 1)
                 lo, hi = int(lead + left), int(right)
@@ -74,7 +94,7 @@ def _parse_string(spec: str, n_layers: int) -> list[int]:
             choices = ", ".join(repr(name) for name in NAMED_SPECS)
             msg = (
                 f"cannot parse layers={spec!r}: use one of {choices}, an int, a list of ints, "
-                "or ranges such as '20-27' or '26,27,29-31'"
+                "or ranges such as '20-27', '26,27,29-31' or '70%-100%' (relative depth)"
             )
             raise ConfigError(msg) from exc
     return indices

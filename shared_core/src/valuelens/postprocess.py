@@ -51,7 +51,7 @@ from torch import Tensor
 from valuelens.config import STATE_FREE_FIELDS, EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.io import replace_atomically
-from valuelens.presets.builtin import BUILTIN_PREFIX, builtin_path
+from valuelens.presets.builtin import BUILTIN_PREFIX, FIT_PREFIX, builtin_path
 
 __all__ = [
     "DEFAULT_EPS",
@@ -587,6 +587,12 @@ def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Pos
     When the state records the spec it was fitted for, every field of ``config`` but ``max_length``,
     ``long_text`` and ``query_template`` (:data:`~valuelens.config.STATE_FREE_FIELDS`) must match it. Usage: ``load_postprocess(config.postprocess, encoder.config)``.
     """
+    if reference.startswith(FIT_PREFIX):
+        msg = (
+            f"postprocess={reference!r} is fitted by the encoder when it loads the model "
+            "(valuelens.first_use), not loaded from a file"
+        )
+        raise ConfigError(msg)
     path = (
         builtin_path(reference[len(BUILTIN_PREFIX) :])
         if reference.startswith(BUILTIN_PREFIX)

@@ -171,7 +171,7 @@ class EncoderSettings(BaseModel):
     preset: str | None = Field(
         default=None,
         frozen=True,
-        description='Start from a named spec for the model (`"best"`, `"sts"`, `"generic"`: '
+        description='Start from a named spec for the model (`"best"`, `"sts"`, `"untuned"`, `"generic"`: '
         "`valuelens.presets`), or a folder written by `valuelens tune` (docs/tuning.md); fields given explicitly override it (`None` and default values included; a "
         "preset's `drop_prefix` or `postprocess` that an override invalidates is dropped with a log line), "
         "and the fields then record the whole spec.",

@@ -6,13 +6,15 @@ Usage::
     from valuelens.presets.resolution import resolve
     resolve("best", "smollm2-135m", {"max_length": 256})    # the EncoderConfig it loads
 
-``preset="best"`` is the recommended :class:`~valuelens.EncoderConfig` for a model, ``"sts"`` the one
-tuned for short-sentence similarity, ``"generic"`` :data:`GENERIC` for every model. A model is
+``preset="best"`` is the recommended :class:`~valuelens.EncoderConfig` for a model (:data:`UNTUNED`, a
+rule in relative terms, for a model without an entry), ``"sts"`` the one tuned for short-sentence
+similarity, ``"untuned"`` :data:`UNTUNED` and ``"generic"`` :data:`GENERIC` for every model. A model is
 recognised by its key ``(model_type, full depth, hidden_size)``, read from its config (no weights).
 
 The package holds:
 
-- :mod:`~valuelens.presets.table`: :data:`PRESETS` (model key → preset name → fields), :data:`GENERIC`;
+- :mod:`~valuelens.presets.table`: :data:`PRESETS` (model key → preset name → fields), :data:`UNTUNED`,
+  :data:`GENERIC`;
 - :mod:`~valuelens.presets.bands`: :data:`AUTO_LAYERS` (model key → recipe → the ``"auto"`` layers;
   :mod:`valuelens.layers` keeps the resolution logic);
 - ``states/``: the fitted post-processing states the presets name, as ``"builtin:NAME"``
@@ -31,17 +33,19 @@ and :mod:`valuelens.postprocess` read them without an import cycle; the resoluti
 from __future__ import annotations
 
 from valuelens.presets.bands import AUTO_LAYERS
-from valuelens.presets.builtin import BUILTIN_PREFIX, RETIRED_STATES, builtin_path
-from valuelens.presets.table import FUTUREEOL_SENTENCE, GENERIC, PRESET_NAMES, PRESETS, ModelKey
+from valuelens.presets.builtin import BUILTIN_PREFIX, FIT_PREFIX, RETIRED_STATES, builtin_path
+from valuelens.presets.table import FUTUREEOL_SENTENCE, GENERIC, PRESET_NAMES, PRESETS, UNTUNED, ModelKey
 
 __all__ = [
     "AUTO_LAYERS",
     "BUILTIN_PREFIX",
+    "FIT_PREFIX",
     "FUTUREEOL_SENTENCE",
     "GENERIC",
     "PRESETS",
     "PRESET_NAMES",
     "RETIRED_STATES",
+    "UNTUNED",
     "ModelKey",
     "builtin_path",
 ]

@@ -1,6 +1,8 @@
-"""The post-processing states shipped in ``valuelens/presets/states/``, named ``"builtin:NAME"``.
+"""The post-processing states shipped in ``valuelens/presets/states/``, named ``"builtin:NAME"``, and the
+grammar of ``"fit:KIND[:K][@FILE]"``, a state the encoder fits at first use (:mod:`valuelens.first_use`).
 
-Usage: ``builtin_path("smollm2-135m-best-v3")`` → the ``.safetensors`` file (``ConfigError`` if absent).
+Usage: ``builtin_path("smollm2-135m-best-v3")`` → the ``.safetensors`` file (``ConfigError`` if absent);
+``FitRequest.parse("fit:abtt:2")`` → ``FitRequest(kind="abtt", k=2, corpus=None)``.
 
 Compatibility rule: a state stays in the package as long as a preset names it, and after that as long
 as a spec saved with it may exist (a saved sentence-transformers ``ValuePooling`` config, a JSON spec,
@@ -11,14 +13,27 @@ checks both ways), so a state nobody can reference is not shipped.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from valuelens.errors import ConfigError
 
-__all__ = ["BUILTIN_PREFIX", "RETIRED_STATES", "builtin_path", "shipped_states"]
+__all__ = [
+    "BUILTIN_PREFIX",
+    "FIT_KINDS",
+    "FIT_PREFIX",
+    "RETIRED_STATES",
+    "FitRequest",
+    "builtin_path",
+    "shipped_states",
+]
 
 BUILTIN_PREFIX = "builtin:"
+#: A ``postprocess`` reference fitted by the encoder at first use (``fit:abtt:2``: :mod:`valuelens.first_use`).
+FIT_PREFIX = "fit:"
+#: The kinds a first-use fit may take (``whiten`` needs more texts than dimensions: fit it with ``valuelens fit``).
+FIT_KINDS = ("center", "abtt", "standardize")
 
 #: States no preset names any more, kept for the specs saved with them (round 4/5/6 presets of 0.1.0).
 RETIRED_STATES = (
@@ -48,3 +63,36 @@ def builtin_path(name: str) -> Path:
         )
         raise ConfigError(msg)
     return path
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    """A parsed ``fit:KIND[:K][@FILE]`` reference."""
+
+    kind: str
+    k: int
+    corpus: Path | None = None
+
+    @classmethod
+    def parse(cls, reference: str) -> FitRequest | None:
+        """The request ``reference`` makes, ``None`` when it is not a ``fit:`` reference; ``ConfigError``
+        naming what is wrong with a malformed one."""
+        if not reference.startswith(FIT_PREFIX):
+            return None
+        body, at, file = reference[len(FIT_PREFIX) :].partition("@")
+        kind, _, count = body.partition(":")
+        usage = "write fit:center, fit:abtt:K (K components), fit:standardize, each optionally @FILE"
+        if kind not in FIT_KINDS:
+            msg = f"postprocess={reference!r}: unknown kind {kind!r} to fit at first use; {usage}"
+            raise ConfigError(msg)
+        if kind == "abtt":
+            if not count.isdigit() or int(count) < 1:
+                msg = f"postprocess={reference!r}: abtt needs its component count K >= 1; {usage}"
+                raise ConfigError(msg)
+        elif count:
+            msg = f"postprocess={reference!r}: {kind} takes no component count; {usage}"
+            raise ConfigError(msg)
+        if at and not file.strip():
+            msg = f"postprocess={reference!r}: '@' must be followed by a text file; {usage}"
+            raise ConfigError(msg)
+        return cls(kind, int(count) if count else 1, Path(file.strip()).expanduser() if at else None)

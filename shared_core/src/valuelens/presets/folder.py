@@ -8,10 +8,11 @@ Usage::
 
 A folder holds ``preset.json`` (:data:`PRESET_FILE`): the model it was tuned for (name and key), the
 objective, and the spec's fields, whose ``postprocess`` names a state file in the folder by its bare
-name (``"state.safetensors"``), so the folder can be moved or copied whole. ``report.md`` (every
+name (``"state.safetensors"``), so the folder can be moved or copied whole (or ``builtin:NAME``, or a
+``fit:`` reference fitted at first use, :mod:`valuelens.first_use`). ``report.md`` (every
 candidate's dev scores) and the ``cache/`` of ``valuelens tune`` sit beside it and are not read here.
 A folder tuned for one model is refused for another (its layers and fitted state belong to the first).
-Data only: imports nothing from valuelens but :mod:`valuelens.errors`.
+Data only: imports nothing from valuelens but :mod:`valuelens.errors` and :mod:`valuelens.presets.builtin`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from valuelens.errors import ConfigError
+from valuelens.presets.builtin import BUILTIN_PREFIX, FIT_PREFIX
 
 __all__ = ["FORMAT", "PRESET_FILE", "PresetFolder", "is_preset_folder"]
 
@@ -109,7 +111,8 @@ class PresetFolder:
             raise ConfigError(msg)
         fields = dict(self.spec)
         state = fields.get("postprocess")
-        if isinstance(state, str) and not state.startswith("builtin:") and not Path(state).is_absolute():
+        named = isinstance(state, str) and state.startswith((BUILTIN_PREFIX, FIT_PREFIX))
+        if isinstance(state, str) and not named and not Path(state).is_absolute():
             path = self.path / state
             if not path.is_file():
                 msg = f"preset folder {str(self.path)!r} names the state {state!r}, which is not in it"

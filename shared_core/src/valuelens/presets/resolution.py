@@ -19,7 +19,8 @@ The rule (docs/recipes.md, "Presets"):
    besides ``max_length``, ``long_text`` and ``query_template`` differs from the spec it was fitted for. A ``drop_prefix`` or
    ``postprocess`` the caller passed is never dropped (a state fitted for another spec then fails
    here, before the model loads, naming the fix).
-3. A model without a tuned entry gets :data:`~valuelens.presets.GENERIC`, with one log line per model
+3. A model without a tuned entry gets :data:`~valuelens.presets.table.UNTUNED` (a relative layer band
+   and a post-processing fitted at first use, :mod:`valuelens.first_use`), with one log line per model
    and process pointing at ``valuelens tune``, which tunes a preset folder for any model.
 
 A preset is a name (:data:`~valuelens.presets.PRESET_NAMES`) or a preset folder
@@ -28,6 +29,7 @@ A preset is a name (:data:`~valuelens.presets.PRESET_NAMES`) or a preset folder
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Mapping
@@ -39,16 +41,19 @@ from valuelens.config import FIELDS, STATE_FREE_FIELDS, EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.loading import load_config
 from valuelens.postprocess import load_postprocess
+from valuelens.presets.builtin import FIT_PREFIX
 from valuelens.presets.folder import PresetFolder, is_preset_folder
-from valuelens.presets.table import GENERIC, PRESET_NAMES, PRESETS, ModelKey
+from valuelens.presets.table import GENERIC, PRESET_NAMES, PRESETS, UNTUNED, ModelKey
 from valuelens.recipes import get_recipe
 
 __all__ = ["check_preset_name", "model_key_of", "preset_config", "preset_fields", "preset_for", "resolve"]
 
 logger = logging.getLogger(__name__)
 
-#: Models whose fallback to the generic spec was logged in this process (one line per model).
+#: Models whose fallback to :data:`UNTUNED` was logged in this process (one line per model).
 _FALLBACK_LOGGED: set[ModelKey] = set()
+#: The presets that are one spec for every model.
+_FOR_EVERY_MODEL: dict[str, dict[str, Any]] = {"generic": GENERIC, "untuned": UNTUNED}
 
 ModelRef = ModelKey | str | os.PathLike[str] | None
 
@@ -75,25 +80,27 @@ def _describe(key: ModelKey, label: str | None) -> str:
 
 def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict[str, Any]:
     """The fields of preset ``name`` for the model ``key`` (a copy); logs once per model and process
-    when it falls back to :data:`GENERIC`. ``label`` names the model in that line."""
+    when it falls back to :data:`UNTUNED`. ``label`` names the model in that line."""
     name = check_preset_name(name)
     if name not in PRESET_NAMES:  # a preset folder
         return PresetFolder.read(name).fields(key, label=label)
-    entries = {} if name == "generic" else PRESETS.get(key, {})
+    if name in _FOR_EVERY_MODEL:
+        return copy.deepcopy(_FOR_EVERY_MODEL[name])
+    entries = PRESETS.get(key, {})
     fields = entries.get(name) or entries.get("best")
     if fields is None:
-        fields = GENERIC
-        if name != "generic" and key not in _FALLBACK_LOGGED:
+        fields = UNTUNED
+        if key not in _FALLBACK_LOGGED:
             _FALLBACK_LOGGED.add(key)
-            spec = ", ".join(f"{k}={v!r}" for k, v in GENERIC.items())
             logger.warning(
-                "preset %r: no tuned entry for %s, using the generic spec (%s); tune one for this "
-                "model with `valuelens tune MODEL -o DIR`, then pass preset=DIR (docs/tuning.md)",
+                "preset %r: no tuned entry for %s, using the rule for untuned models (relative layer "
+                "band, all-but-the-top fitted once on a small corpus and cached: preset='untuned'); "
+                "tune one for this model with `valuelens tune MODEL -o DIR`, then pass preset=DIR "
+                "(docs/tuning.md)",
                 name,
                 _describe(key, label),
-                spec,
             )
-    return dict(fields)
+    return copy.deepcopy(fields)
 
 
 def preset_for(model_type: str, n_layers: int, hidden_size: int, name: str = "best") -> EncoderConfig:
@@ -165,7 +172,11 @@ def resolve(preset: str | None, model: ModelRef, overrides: Mapping[str, Any] | 
             " and ".join(dropped),
         )
     config = EncoderConfig.from_dict(merged)
-    if config.postprocess is not None and "postprocess" in given:
+    if (
+        config.postprocess is not None
+        and "postprocess" in given
+        and not config.postprocess.startswith(FIT_PREFIX)
+    ):
         load_postprocess(config.postprocess, config.resolved(*key))  # a mismatched state fails now
     return config
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FUTUREEOL_SENTENCE", "GENERIC", "PRESETS", "PRESET_NAMES", "ModelKey"]
+__all__ = ["FUTUREEOL_SENTENCE", "GENERIC", "PRESETS", "PRESET_NAMES", "UNTUNED", "ModelKey"]
 
 #: ``(model_type, full depth, hidden_size)``: what a model is recognised by (read from its config).
 ModelKey = tuple[str, int, int]
@@ -19,14 +19,28 @@ ModelKey = tuple[str, int, int]
 #: FutureEOL worded for a sentence (the best of 17 wordings for AlignedWVA on SmolLM2, round 6).
 FUTUREEOL_SENTENCE = 'Forecasting the subsequent tokens of this sentence: "{text}" in one word:"'
 
-#: The spec of ``preset="best"`` for a model without its own entry (AlignedWVA under FutureEOL at the
-#: 50-85 % depth band, the Value Aggregation paper's best one-pass recipe).
+#: ``preset="generic"``: the Value Aggregation paper's best one-pass recipe (AlignedWVA under FutureEOL at
+#: the 50-85 % depth band, no post-processing), for every model.
 GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 
-#: ``"best"``: the recommended spec for sentences and documents alike; ``"sts"``: tuned for
-#: short-sentence similarity alone (the model's ``"best"`` where there is no separate entry);
-#: ``"generic"``: :data:`GENERIC` for every model.
-PRESET_NAMES = ("best", "sts", "generic")
+#: ``preset="best"`` (and ``"sts"``) for a model without its own entry: the rule the three bundled models'
+#: tuning shows, leave-one-model-out (research/default_rule.py; docs/tuning.md#models-without-a-preset):
+#: AlignedWVA under FutureEOL "of this sentence" over the top 30 % of the depth, fused with VA over the
+#: same band at weight 0.5, then all-but-the-top (2 components) fitted at first use on the package's
+#: unlabeled corpus and cached per model (:mod:`valuelens.first_use`; ``postprocess=None`` turns it off).
+UNTUNED: dict[str, Any] = {
+    "recipe": "aligned-wva",
+    "prompt": FUTUREEOL_SENTENCE,
+    "layers": "70%-100%",
+    "fusion": [{"recipe": "va", "layers": "70%-100%", "weight": 0.5}],
+    "postprocess": "fit:abtt:2",
+}
+
+#: ``"best"``: the recommended spec for sentences and documents alike (:data:`UNTUNED` for a model
+#: without an entry); ``"sts"``: tuned for short-sentence similarity alone (the model's ``"best"`` where
+#: there is no separate entry); ``"untuned"``: :data:`UNTUNED` for every model; ``"generic"``:
+#: :data:`GENERIC` for every model.
+PRESET_NAMES = ("best", "sts", "untuned", "generic")
 
 #: Per model: the preset name → the spec's fields (round history and scores: research/rounds/README.md).
 PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {

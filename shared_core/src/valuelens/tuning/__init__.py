@@ -46,7 +46,7 @@ from valuelens.tuning.data import MODES, Mode, TuneData
 from valuelens.tuning.report import write_report
 from valuelens.tuning.search import OBJECTIVES, Candidate, Objective, Row, Scorer, search
 
-__all__ = ["PROMPTS", "QUERY_TEMPLATES", "STATE_FILE", "TuneResult", "tune"]
+__all__ = ["PROMPTS", "QUERY_TEMPLATES", "STATE_FILE", "TuneResult", "dev_scores", "tune"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def tune(
     with warnings.catch_warnings():  # documents past max_length are cut, as the spec says: no news here
         warnings.simplefilter("ignore", TruncationWarning)
         agreement = _check(folder, net, tokenizer, scorer, best.candidate, post, key)
-        references = {ref: _reference(ref, name, net, tokenizer, scorer, key, max_length) for ref in compare}
+        references = {ref: dev_scores(ref, name, net, tokenizer, scorer, key, max_length) for ref in compare}
     seconds["check"] = time.perf_counter() - tick
     seconds["total"] = time.perf_counter() - started
     info = {
@@ -243,7 +243,7 @@ def _check(
     return worst
 
 
-def _reference(
+def dev_scores(
     preset: str,
     name: str,
     net: object,
@@ -252,7 +252,8 @@ def _reference(
     key: tuple[str, int, int],
     max_length: int | None,
 ) -> dict:
-    """An existing preset's dev scores, embedded by the real encoder (a row of the report)."""
+    """An existing preset's dev scores, embedded by the real encoder (a row of the report; also used by
+    ``research/untuned_rule.py``). ``scorer`` only scores: its cache is not read."""
     overrides = {} if max_length is None else {"max_length": max_length}
     config = resolve(preset, key, overrides)
     encoder = Encoder(net, tokenizer, config, name_or_path=name)  # type: ignore[arg-type]

@@ -80,12 +80,13 @@ def _sample(items: Sequence[str], n: int | None, seed: int = SEED) -> list[str]:
     return [items[i] for i in keep]
 
 
-def read_corpus(path: str | os.PathLike[str], limit: int | None) -> list[str]:
+def read_corpus(path: str | os.PathLike[str], limit: int | None, *, option: str = "--corpus") -> list[str]:
     """Unlabeled texts of the user's own: a ``.jsonl`` file (the ``text`` field of each line) or a text
-    file (one per line); blank lines skipped, duplicates kept once, a seeded sample of ``limit``."""
+    file (one per line); blank lines skipped, duplicates kept once, a seeded sample of ``limit``.
+    ``option`` names where the path came from in an error."""
     file = Path(path)
     if not file.is_file():
-        msg = f"--corpus {str(file)!r} is not a file (give a .txt with one text per line, or a .jsonl with a 'text' field)"
+        msg = f"{option} {str(file)!r} is not a file (give a .txt with one text per line, or a .jsonl with a 'text' field)"
         raise ConfigError(msg)
     if file.suffix in (".jsonl", ".gz"):
         texts = [str(r.get("text", "")) for r in read_jsonl(file)]
@@ -93,7 +94,7 @@ def read_corpus(path: str | os.PathLike[str], limit: int | None) -> list[str]:
         texts = file.read_text(encoding="utf-8").splitlines()
     texts = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
     if len(texts) < 10:
-        msg = f"--corpus {str(file)!r} holds {len(texts)} distinct non-empty texts: at least 10 are needed to fit on"
+        msg = f"{option} {str(file)!r} holds {len(texts)} distinct non-empty texts: at least 10 are needed to fit on"
         raise ConfigError(msg)
     return _sample(texts, limit)
 
