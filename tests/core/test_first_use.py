@@ -105,11 +105,21 @@ def test_each_model_spec_and_corpus_gets_its_own_state(tiny_checkpoint, tmp_path
     assert not torch.allclose(before.postprocess.mean, after.postprocess.mean)  # type: ignore[union-attr]
 
 
-def test_max_length_does_not_refit(tiny_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "cache"))
-    Encoder.from_pretrained(tiny_checkpoint, device="cpu", postprocess="fit:center", **FIELDS)
-    Encoder.from_pretrained(tiny_checkpoint, device="cpu", postprocess="fit:center", max_length=24, **FIELDS)
-    assert len(list((tmp_path / "cache").glob("*.safetensors"))) == 1
+def test_max_length_neither_refits_nor_changes_the_state(tiny_checkpoint, tmp_path, monkeypatch):
+    """The state is fitted at the default limit whatever the first encoder's ``max_length``, so the order
+    in which encoders of one model and spec load does not matter."""
+    monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "short-first"))
+    short = Encoder.from_pretrained(
+        tiny_checkpoint, device="cpu", postprocess="fit:center", max_length=24, **FIELDS
+    )
+    monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "default-first"))
+    default = Encoder.from_pretrained(tiny_checkpoint, device="cpu", postprocess="fit:center", **FIELDS)
+    again = Encoder.from_pretrained(
+        tiny_checkpoint, device="cpu", postprocess="fit:center", max_length=24, **FIELDS
+    )
+    assert len(list((tmp_path / "default-first").glob("*.safetensors"))) == 1
+    torch.testing.assert_close(short.postprocess.mean, default.postprocess.mean, rtol=1e-4, atol=1e-5)  # type: ignore[union-attr]
+    assert short.config.max_length == again.config.max_length == 24
 
 
 def test_a_broken_or_unwritable_cache_still_embeds(tiny_checkpoint, tmp_path, monkeypatch, caplog):

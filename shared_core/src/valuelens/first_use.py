@@ -18,6 +18,7 @@ of every weight it loaded, so a fine-tuned checkpoint saved over the same path i
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -123,10 +124,14 @@ def fitted_state(encoder: Encoder, reference: str) -> Postprocess:
         encoder.name_or_path,
         file.parent,
     )
-    with warnings.catch_warnings():  # the few shipped documents a small max_length cuts: not the user's texts
+    # fitted at the default token limit and truncating, whatever this encoder's max_length and long_text
+    # (they are not in the fingerprint: every encoder of this model and spec reads the same state)
+    fitter = copy.copy(encoder)
+    fitter.config = encoder.config.replace(max_length=None, long_text="truncate")
+    with warnings.catch_warnings():  # the few shipped documents the limit cuts: not the user's texts
         warnings.simplefilter("ignore", TruncationWarning)
         state = fit_texts(
-            encoder,
+            fitter,
             texts,
             request.kind,  # type: ignore[arg-type]
             request.k,

@@ -19,8 +19,9 @@ ModelKey = tuple[str, int, int]
 #: FutureEOL worded for a sentence (the best of 17 wordings for AlignedWVA on SmolLM2, round 6).
 FUTUREEOL_SENTENCE = 'Forecasting the subsequent tokens of this sentence: "{text}" in one word:"'
 
-#: ``preset="generic"``: the Value Aggregation paper's best one-pass recipe (AlignedWVA under FutureEOL at
-#: the 50-85 % depth band, no post-processing), for every model.
+#: ``preset="generic"``: the Value Aggregation paper's best one-pass recipe (AlignedWVA under FutureEOL over
+#: ``layers="auto"``: the 50-85 % depth band on a model without its own band; no post-processing), for
+#: every model.
 GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 
 #: ``preset="best"`` (and ``"sts"``) for a model without its own entry: the rule the three bundled models'
