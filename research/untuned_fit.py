@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ import numpy as np
 from valuelens import models
 from valuelens.architectures import model_key
 from valuelens.encoder import Encoder
-from valuelens.first_use import CORPUS
+from valuelens.first_use import FitRequest, fit_corpus
 from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.resolution import resolve
@@ -46,7 +45,7 @@ def main() -> None:
     key = model_key(net.config.get_text_config())
     config = resolve("untuned", key, {"postprocess": None})
     encoder = Encoder(net, tokenizer, config, name_or_path=args.model)
-    corpus = (resources.files("valuelens.presets") / CORPUS).read_text(encoding="utf-8").splitlines()
+    corpus, _ = fit_corpus(FitRequest("center", 1))  # the package's corpus, as the first-use fit reads it
     texts = {
         "sts": list(data.sts.texts),
         "queries": list(data.retrieval.queries),

@@ -60,16 +60,19 @@ CORPUS = "fit_corpus.txt"
 
 
 def fit_corpus(request: FitRequest) -> tuple[list[str], str]:
-    """The texts ``request`` fits on and a name for them (the file's, with a digest of its contents)."""
+    """The texts ``request`` fits on and a name for them (the file's, with a digest of its contents, so
+    the cache key changes when the texts do: a user's edited file, or another release's corpus)."""
     if request.corpus is None:
         text = (resources.files("valuelens.presets") / CORPUS).read_text(encoding="utf-8")
         texts = [line.strip() for line in text.splitlines() if line.strip()]
-        return texts, f"valuelens {CORPUS} ({len(texts)} texts)"
-    from valuelens.tuning.data import read_corpus  # above the encoder: read when a file is named
+        name = f"valuelens {CORPUS}"
+    else:
+        from valuelens.tuning.data import read_corpus  # above the encoder: read when a file is named
 
-    texts = read_corpus(request.corpus, None, option=f"postprocess='{FIT_PREFIX}...@FILE': FILE")
+        texts = read_corpus(request.corpus, None, option=f"postprocess='{FIT_PREFIX}...@FILE': FILE")
+        name = request.corpus.name
     digest = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:12]
-    return texts, f"{request.corpus.name} ({len(texts)} texts, sha256 {digest})"
+    return texts, f"{name} ({len(texts)} texts, sha256 {digest})"
 
 
 def cache_folder() -> Path:
