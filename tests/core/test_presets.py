@@ -3,7 +3,9 @@ the built-in fitted states (:mod:`valuelens.presets`)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,14 +137,14 @@ def test_a_preset_falls_back_to_the_untuned_rule_with_one_log_line_per_model(tmp
 def test_the_real_presets_resolve_overrides_without_loading_a_model(caplog):
     smollm2 = ("llama", 30, 576)  # the key alone: no model is read
     caplog.set_level(logging.WARNING, logger="valuelens")
-    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v3"
+    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v4"
     config = preset_config("best", smollm2, recipe="va")  # raised a ConfigError about drop_prefix before
     assert config.recipe == "va" and not config.drop_prefix and config.postprocess is None
     assert config.fusion == preset_config("best", smollm2).fusion  # the rest of the preset stays
     for change in ({"prompt": "prompteol"}, {"layers": "half"}):  # failed after loading the model before
         config = preset_config("best", smollm2, **change)
         assert config.postprocess is None and config.drop_prefix, change
-    assert preset_config("best", smollm2, layers=list(range(21, 28))).postprocess is not None  # = "auto"
+    assert preset_config("best", smollm2, layers=list(range(21, 30))).postprocess is not None  # = "21-29"
     assert len(_dropped(caplog)) == 3
 
 
@@ -185,4 +187,15 @@ def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
         config = EncoderConfig.from_dict(fields).resolved(*arch)  # layers as the model resolves them
         state = load_postprocess(config.postprocess, config)  # raises if fitted for another spec
         assert state.encoder_config, (arch, name)
-        assert state.kind == ("abtt" if name == "sts" else "center"), (arch, name, state.kind)
+        assert state.kind == "abtt", (arch, name, state.kind)
+
+
+def test_the_former_best_is_kept_as_a_spec_file_with_its_retired_state():
+    """docs/results.md compares the tuned best with the hand-tuned one it replaced, by this file."""
+    from valuelens.presets.builtin import RETIRED_STATES
+
+    file = Path(__file__).resolve().parents[2] / "docs/presets/former-best-smollm2-135m.json"
+    config = EncoderConfig.from_dict(json.loads(file.read_text()))
+    assert config.postprocess.removeprefix("builtin:") in RETIRED_STATES
+    state = load_postprocess(config.postprocess, config.resolved("llama", 30, 576))  # fitted for this spec
+    assert state.kind == "center" and config != preset_config("best", ("llama", 30, 576))

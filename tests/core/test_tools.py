@@ -69,7 +69,6 @@ def test_bootstrap_gain_is_paired_and_signed(tools):
     [
         ("spec-qwen2.5-coder-0.5b-sts.json", ("qwen2", 24, 896), "sts"),
         ("spec-smollm2-135m-sts.json", ("llama", 30, 576), "sts"),
-        ("spec-smollm2-135m-best-ef.json", ("llama", 30, 576), "best"),
     ],
 )
 def test_a_spec_file_the_docs_report_for_a_preset_is_that_preset(spec_file, key, preset):

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,3 +242,37 @@ def test_a_folder_may_fit_its_state_at_first_use(tiny_checkpoint, tmp_path):
     assert resolve(str(out), KEY).postprocess == "fit:center"
     enc = Encoder.from_pretrained(tiny_checkpoint, preset=str(out))
     assert enc.postprocess is not None and enc.postprocess.kind == "center"
+
+
+def test_a_tuned_folder_is_bundled_as_a_builtin_preset(
+    folder_with_state, tiny_checkpoint, tmp_path, monkeypatch
+):
+    """tools/bundle_preset.py: how the bundled models' ``preset="best"`` entries were shipped."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "tools"))
+    from bundle_preset import bundle
+
+    into = tmp_path / "presets"
+    (into / "states").mkdir(parents=True)
+    out = bundle(folder_with_state, "tiny-best", into=into)
+    assert out == into / "tuned" / "tiny-best"  # objective balanced → "best"
+    bundled = PresetFolder.read(out)
+    assert bundled.spec == {"recipe": "va", "layers": [1, 2], "postprocess": "builtin:tiny-best"}
+    assert bundled.model_key == KEY and bundled.objective == "balanced"
+    state = into / "states" / "tiny-best.safetensors"
+    assert state.read_bytes() == (folder_with_state / STATE_FILE).read_bytes()
+    with pytest.raises(ConfigError, match="a shipped state keeps its name"):
+        bundle(folder_with_state, "tiny-best", into=into)
+    PresetFolder(tmp_path / "r", "tiny", KEY, {"recipe": "va"}, "retrieval").write()
+    with pytest.raises(ConfigError, match="objective 'retrieval' has no bundled preset name"):
+        bundle(tmp_path / "r", "x", into=into)
+
+
+def test_the_bundled_best_presets_are_tuned_folders():
+    from valuelens.presets import PRESETS
+    from valuelens.presets.table import TUNED_NAMES, _bundled
+
+    bundled = _bundled()
+    assert set(bundled) == set(PRESETS)  # every bundled model's best comes from tune
+    for key, entries in bundled.items():
+        assert set(entries) <= set(TUNED_NAMES.values()) and PRESETS[key]["best"] == entries["best"]
+        assert entries["best"]["postprocess"].startswith("builtin:")

@@ -35,12 +35,14 @@ FIT_PREFIX = "fit:"
 #: The kinds a first-use fit may take (``whiten`` needs more texts than dimensions: fit it with ``valuelens fit``).
 FIT_KINDS = ("center", "abtt", "standardize")
 
-#: States no preset names any more, kept for the specs saved with them (round 4/5/6 presets of 0.1.0).
+#: States no preset names any more, kept for the specs saved with them (earlier presets).
 RETIRED_STATES = (
     "smollm2-135m-best",  # round 5 best
     "smollm2-135m-sts",  # round 5 sts
     "smollm2-135m-best-v2",  # round 6 best
     "qwen2.5-coder-0.5b-sts",  # round 4 sts
+    "smollm2-135m-best-v3",  # round 8 best, replaced by the tuned best
+    "gemma3-270m-best",  # round 4 best, replaced by the tuned best
 )
 
 

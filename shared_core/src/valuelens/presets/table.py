@@ -1,17 +1,25 @@
 """The preset table: per model (keyed by :func:`valuelens.architectures.model_key`), the fields of each
-named spec. Data only (no valuelens imports), so that :mod:`valuelens.layers` and
-:mod:`valuelens.postprocess` can read this package without an import cycle.
+named spec. Data only (it imports nothing from valuelens but the preset-folder reader, which imports
+only :mod:`valuelens.errors`), so that :mod:`valuelens.layers` and :mod:`valuelens.postprocess` can
+read this package without an import cycle.
 
 Usage: ``PRESETS[("llama", 30, 576)]["best"]`` → the fields of SmolLM2-135M's ``preset="best"``.
 
-How each entry was chosen (dev splits only) and its scores: ``research/rounds/README.md``.
+``"best"`` of each bundled model is what ``valuelens tune`` chose for it (dev data only), shipped as a
+preset folder in ``tuned/`` (tools/bundle_preset.py; its dev scores in its ``preset.json``,
+docs/tuning.md); the ``"sts"`` entries were chosen by hand in the research rounds
+(``research/rounds/README.md``).
 """
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
-__all__ = ["FUTUREEOL_SENTENCE", "GENERIC", "PRESETS", "PRESET_NAMES", "UNTUNED", "ModelKey"]
+from valuelens.presets.folder import PresetFolder, is_preset_folder
+
+__all__ = ["FUTUREEOL_SENTENCE", "GENERIC", "PRESETS", "PRESET_NAMES", "TUNED_NAMES", "UNTUNED", "ModelKey"]
 
 #: ``(model_type, full depth, hidden_size)``: what a model is recognised by (read from its config).
 ModelKey = tuple[str, int, int]
@@ -43,17 +51,27 @@ UNTUNED: dict[str, Any] = {
 #: :data:`GENERIC` for every model.
 PRESET_NAMES = ("best", "sts", "untuned", "generic")
 
-#: Per model: the preset name → the spec's fields (round history and scores: research/rounds/README.md).
-PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
-    # SmolLM2-135M: round 8 (best), round 6 (sts)
+#: A tuned folder's objective → the preset name it is bundled as (tools/bundle_preset.py).
+TUNED_NAMES = {"balanced": "best", "sts": "sts"}
+
+
+def _bundled() -> dict[ModelKey, dict[str, dict[str, Any]]]:
+    """The presets ``valuelens tune`` wrote for the bundled models, shipped in ``tuned/`` (one preset
+    folder each, its state in ``states/``): model key → preset name → the spec's fields."""
+    root = Path(str(resources.files(__package__ or "valuelens.presets") / "tuned"))
+    entries: dict[ModelKey, dict[str, dict[str, Any]]] = {}
+    for path in sorted(root.iterdir()):
+        if is_preset_folder(path):
+            folder = PresetFolder.read(path)
+            entries.setdefault(folder.model_key, {})[TUNED_NAMES[folder.objective]] = dict(folder.spec)
+    return entries
+
+
+#: The entries chosen by hand in the research rounds (research/rounds/README.md) that a tuned folder
+#: has not replaced: ``"sts"``, the short-sentence presets whose STS-B test targets were met.
+_HAND_TUNED: dict[ModelKey, dict[str, dict[str, Any]]] = {
+    # SmolLM2-135M: round 6
     ("llama", 30, 576): {
-        "best": {
-            "recipe": "aligned-wva",
-            "prompt": FUTUREEOL_SENTENCE,
-            "drop_prefix": True,
-            "fusion": [{"recipe": "aligned-va", "weight": 0.3, "embed_filter": 2}],
-            "postprocess": "builtin:smollm2-135m-best-v3",
-        },
         "sts": {
             "recipe": "aligned-wva",
             "prompt": FUTUREEOL_SENTENCE,
@@ -62,15 +80,8 @@ PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
             "postprocess": "builtin:smollm2-135m-sts-v2",
         },
     },
-    # gemma-3-270m: round 4 (drop_prefix not taken in round 6)
+    # gemma-3-270m: round 4
     ("gemma3_text", 18, 640): {
-        "best": {
-            "recipe": "aligned-wva",
-            "prompt": "futureeol",
-            "prepend_layers": "auto",
-            "fusion": [{"recipe": "va", "weight": 0.3}],
-            "postprocess": "builtin:gemma3-270m-best",
-        },
         "sts": {
             "recipe": "aligned-wva",
             "prompt": "futureeol",
@@ -78,9 +89,8 @@ PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
             "postprocess": "builtin:gemma3-270m-sts",
         },
     },
-    # Qwen2.5-Coder-0.5B: round 4 (best), round 7 (sts)
+    # Qwen2.5-Coder-0.5B: round 7
     ("qwen2", 24, 896): {
-        "best": {"recipe": "aligned-wva", "prompt": "futureeol", "fusion": [{"recipe": "va", "weight": 0.7}]},
         "sts": {
             "recipe": "aligned-wva",
             "prompt": FUTUREEOL_SENTENCE,
@@ -89,3 +99,11 @@ PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
         },
     },
 }
+
+#: Per model: the preset name → the spec's fields; ``"best"`` from ``tuned/`` (``valuelens tune
+#: --objective balanced``, quick mode: docs/tuning.md), ``"sts"`` from :data:`_HAND_TUNED`.
+PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
+    key: dict(entries) for key, entries in _HAND_TUNED.items()
+}
+for _key, _entries in _bundled().items():
+    PRESETS.setdefault(_key, {}).update(_entries)

@@ -1,0 +1,60 @@
+"""Ship a preset folder written by ``valuelens tune`` as a bundled preset of the package.
+
+Usage::
+
+    valuelens tune smollm2-135m -o tuned/smollm2                       # objective balanced → "best"
+    python tools/bundle_preset.py tuned/smollm2 --state smollm2-135m-best-v4
+
+The folder's ``preset.json`` goes to ``valuelens/presets/tuned/<model>-<preset>/`` unchanged but for its
+fitted state, which is copied into ``valuelens/presets/states/`` as ``--state`` and named there as
+``builtin:<state>`` (a name saved specs keep pointing at, so a shipped state is never overwritten: give
+a regenerated preset a new name and list the old one in ``RETIRED_STATES``). The preset name follows
+the objective (:data:`valuelens.presets.table.TUNED_NAMES`); :data:`valuelens.presets.PRESETS` reads
+every folder under ``tuned/`` at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from valuelens.errors import ConfigError
+from valuelens.presets.builtin import BUILTIN_PREFIX, FIT_PREFIX
+from valuelens.presets.folder import PresetFolder
+from valuelens.presets.table import TUNED_NAMES
+
+PACKAGE_PRESETS = Path(__file__).resolve().parents[1] / "shared_core" / "src" / "valuelens" / "presets"
+
+
+def bundle(folder: str | Path, state: str, into: Path = PACKAGE_PRESETS) -> Path:
+    """Copy the tuned ``folder`` into the presets package ``into``; returns the bundled folder."""
+    preset = PresetFolder.read(folder)
+    if preset.objective not in TUNED_NAMES:
+        msg = f"{preset.path}: objective {preset.objective!r} has no bundled preset name (one of {sorted(TUNED_NAMES)})"
+        raise ConfigError(msg)
+    spec = dict(preset.spec)
+    reference = spec.get("postprocess")
+    if isinstance(reference, str) and not reference.startswith((BUILTIN_PREFIX, FIT_PREFIX)):
+        target = into / "states" / f"{state}.safetensors"
+        if target.exists():
+            msg = f"{target} exists: a shipped state keeps its name for the specs saved with it; choose a new name"
+            raise ConfigError(msg)
+        shutil.copyfile(preset.path / reference, target)
+        spec["postprocess"] = BUILTIN_PREFIX + state
+    path = into / "tuned" / f"{preset.model}-{TUNED_NAMES[preset.objective]}"
+    replace(preset, path=path, spec=spec).write()
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="a folder written by `valuelens tune MODEL -o DIR`")
+    parser.add_argument("--state", required=True, help="the new built-in state's name (builtin:NAME)")
+    args = parser.parse_args()
+    print(bundle(args.folder, args.state))
+
+
+if __name__ == "__main__":
+    main()
