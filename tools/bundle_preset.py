@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from valuelens.errors import ConfigError
-from valuelens.presets.builtin import BUILTIN_PREFIX, FIT_PREFIX
+from valuelens.presets.builtin import BUILTIN_PREFIX
 from valuelens.presets.folder import PresetFolder
 from valuelens.presets.table import TUNED_NAMES
 
@@ -35,13 +35,13 @@ def bundle(folder: str | Path, state: str, into: Path = PACKAGE_PRESETS) -> Path
         msg = f"{preset.path}: objective {preset.objective!r} has no bundled preset name (one of {sorted(TUNED_NAMES)})"
         raise ConfigError(msg)
     spec = dict(preset.spec)
-    reference = spec.get("postprocess")
-    if isinstance(reference, str) and not reference.startswith((BUILTIN_PREFIX, FIT_PREFIX)):
+    source = preset.state_file()
+    if source is not None:
         target = into / "states" / f"{state}.safetensors"
         if target.exists():
             msg = f"{target} exists: a shipped state keeps its name for the specs saved with it; choose a new name"
             raise ConfigError(msg)
-        shutil.copyfile(preset.path / reference, target)
+        shutil.copyfile(source, target)
         spec["postprocess"] = BUILTIN_PREFIX + state
     path = into / "tuned" / f"{preset.model}-{TUNED_NAMES[preset.objective]}"
     replace(preset, path=path, spec=spec).write()

@@ -110,12 +110,18 @@ class PresetFolder:
             )
             raise ConfigError(msg)
         fields = dict(self.spec)
-        state = fields.get("postprocess")
-        named = isinstance(state, str) and state.startswith((BUILTIN_PREFIX, FIT_PREFIX))
-        if isinstance(state, str) and not named and not Path(state).is_absolute():
-            path = self.path / state
+        path = self.state_file()
+        if path is not None and not Path(fields["postprocess"]).is_absolute():
             if not path.is_file():
-                msg = f"preset folder {str(self.path)!r} names the state {state!r}, which is not in it"
+                msg = f"preset folder {str(self.path)!r} names the state {fields['postprocess']!r}, which is not in it"
                 raise ConfigError(msg)
             fields["postprocess"] = str(path)
         return fields
+
+    def state_file(self) -> Path | None:
+        """The state file the spec's ``postprocess`` names (relative to the folder, or absolute);
+        ``None`` when it names none, a ``builtin:`` state or a ``fit:`` reference."""
+        state = self.spec.get("postprocess")
+        if not isinstance(state, str) or state.startswith((BUILTIN_PREFIX, FIT_PREFIX)):
+            return None
+        return self.path / state

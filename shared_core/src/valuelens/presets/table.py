@@ -103,7 +103,7 @@ _HAND_TUNED: dict[ModelKey, dict[str, dict[str, Any]]] = {
 #: Per model: the preset name → the spec's fields; ``"best"`` from ``tuned/`` (``valuelens tune
 #: --objective balanced``, quick mode: docs/tuning.md), ``"sts"`` from :data:`_HAND_TUNED`.
 PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
-    key: dict(entries) for key, entries in _HAND_TUNED.items()
+    key: {**_HAND_TUNED.get(key, {}), **bundled.get(key, {})}
+    for bundled in [_bundled()]
+    for key in {**_HAND_TUNED, **bundled}
 }
-for _key, _entries in _bundled().items():
-    PRESETS.setdefault(_key, {}).update(_entries)
