@@ -3,8 +3,9 @@
 Usage::
 
     python -m bench.long_text --lee-lengths 64,128 --scifact-lengths 128,256,512 --queries 40 --others 100 --threads 1
+    python -m bench.long_text --model gemma3-270m --lee-lengths 128 --scifact-lengths 512
 
-The encoder is the bundled default model under ``preset="best"`` (CPU, float32), with ``max_length`` and
+The encoder is ``--model`` (default: the bundled default model) under ``preset="best"`` (CPU, float32), with ``max_length`` and
 ``long_text`` changed (its fitted post-processing state serves every value of both). Per ``max_length``:
 
 - **Lee** (50 news documents, 1225 pairs): Spearman ×100 of the pairs' cosines,
@@ -37,18 +38,18 @@ SEED = 0
 
 
 @functools.cache
-def _base() -> Any:
-    """The bundled default model under ``preset="best"``, loaded once."""
+def _base(model: str | None) -> Any:
+    """``model`` (``None``: the bundled default) under ``preset="best"``, loaded once."""
     from valuelens import Encoder
 
-    return Encoder.from_pretrained(preset="best", device="cpu")
+    return Encoder.from_pretrained(model, preset="best", device="cpu")
 
 
-def _encoders(max_length: int) -> dict[str, Any]:
+def _encoders(max_length: int, model: str | None) -> dict[str, Any]:
     """``{"truncate": Encoder, "chunk": Encoder}`` at ``max_length``, over the one loaded model."""
     from valuelens import Encoder
 
-    base = _base()
+    base = _base(model)
     return {
         mode: Encoder(base.model, base.tokenizer, base.config.replace(max_length=max_length, long_text=mode))
         for mode in ("truncate", "chunk")
@@ -71,7 +72,7 @@ def _encode(encoder: Any, texts: list[str], batch_size: int) -> tuple[np.ndarray
     return vectors, time.perf_counter() - start
 
 
-def lee_row(max_length: int, batch_size: int) -> dict[str, Any]:
+def lee_row(max_length: int, batch_size: int, model: str | None = None) -> dict[str, Any]:
     from valuelens import chunking
     from valuelens.evaluation import PairData, evaluate, load_task
 
@@ -80,7 +81,7 @@ def lee_row(max_length: int, batch_size: int) -> dict[str, Any]:
     assert isinstance(pairs, PairData)
     docs = sorted(set(pairs.texts1) | set(pairs.texts2))
     row: dict[str, Any] = {"set": "Lee (Spearman)", "max_length": max_length, "texts": len(docs)}
-    for mode, encoder in _encoders(max_length).items():
+    for mode, encoder in _encoders(max_length, model).items():
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -94,14 +95,16 @@ def lee_row(max_length: int, batch_size: int) -> dict[str, Any]:
     return row
 
 
-def scifact_row(max_length: int, n_queries: int, others: int, batch_size: int) -> dict[str, Any]:
+def scifact_row(
+    max_length: int, n_queries: int, others: int, batch_size: int, model: str | None = None
+) -> dict[str, Any]:
     from valuelens import chunking
     from valuelens.evaluation import RetrievalData, load_task
     from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
 
     data = load_task("scifact").load("test")
     assert isinstance(data, RetrievalData)
-    encoders = _encoders(max_length)
+    encoders = _encoders(max_length, model)
     relevant = {q: [d for d, rel in data.qrels[q].items() if rel > 0] for q in data.queries}
     judged = sorted({d for docs in relevant.values() for d in docs})
     long_judged = {
@@ -160,6 +163,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(
         prog="python -m bench.long_text", description=(__doc__ or "").split("\n")[0]
     )
+    parser.add_argument(
+        "--model", default=None, help="a bundled model name or folder (default: the default model)"
+    )
     parser.add_argument("--lee-lengths", default="64,128", help="comma-separated max_length values for Lee")
     parser.add_argument("--scifact-lengths", default="128,256,512", help="... for SciFact")
     parser.add_argument(
@@ -178,11 +184,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         torch.set_num_threads(args.threads)
     rows = []
     for name, lengths, measure in (
-        ("lee", args.lee_lengths, lambda n: lee_row(n, args.batch_size)),
+        ("lee", args.lee_lengths, lambda n: lee_row(n, args.batch_size, args.model)),
         (
             "scifact",
             args.scifact_lengths,
-            lambda n: scifact_row(n, args.queries, args.others, args.batch_size),
+            lambda n: scifact_row(n, args.queries, args.others, args.batch_size, args.model),
         ),
     ):
         for max_length in (int(v) for v in lengths.split(",") if v.strip()):

@@ -315,8 +315,9 @@ def glance(sts: Scores) -> list[str]:
 
 
 def _section(path: Path) -> list[str]:
-    """A hand-written section kept in its own file (``docs/results/presets.md``: the preset table,
-    its commands and what it shows), or nothing when the file is absent."""
+    """A hand-written section kept in its own file (``docs/results/tuned.md``: the tuned presets on
+    test splits; ``docs/results/presets.md``: the hand-tuned preset table; each with its commands and
+    what it shows), or nothing when the file is absent."""
     if not path.exists():
         return []
     return [path.read_text(encoding="utf-8").strip(), ""]
@@ -367,6 +368,7 @@ def main() -> None:
         "",
         *glance(sts),
         "",
+        *_section(RESULTS / "tuned.md"),
         *_section(RESULTS / "presets.md"),
         "## Targets",
         "",

@@ -3,7 +3,7 @@
 Usage::
 
     valuelens tune smollm2-135m -o tuned/smollm2                       # objective balanced → "best"
-    python tools/bundle_preset.py tuned/smollm2 --state smollm2-135m-best-v4
+    python tools/bundle_preset.py tuned/smollm2 --state smollm2-135m-best-v5
 
 The folder's ``preset.json`` goes to ``valuelens/presets/tuned/<model>-<preset>/`` unchanged but for its
 fitted state, which is copied into ``valuelens/presets/states/`` as ``--state`` and named there as

@@ -137,7 +137,7 @@ def test_a_preset_falls_back_to_the_untuned_rule_with_one_log_line_per_model(tmp
 def test_the_real_presets_resolve_overrides_without_loading_a_model(caplog):
     smollm2 = ("llama", 30, 576)  # the key alone: no model is read
     caplog.set_level(logging.WARNING, logger="valuelens")
-    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v4"
+    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v5"
     config = preset_config("best", smollm2, recipe="va")  # raised a ConfigError about drop_prefix before
     assert config.recipe == "va" and not config.drop_prefix and config.postprocess is None
     assert config.fusion == preset_config("best", smollm2).fusion  # the rest of the preset stays
@@ -190,12 +190,32 @@ def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
         assert state.kind == "abtt", (arch, name, state.kind)
 
 
-def test_the_former_best_is_kept_as_a_spec_file_with_its_retired_state():
-    """docs/results.md compares the tuned best with the hand-tuned one it replaced, by this file."""
+#: The presets the tuned ones replaced are kept as spec files, docs/presets/former-<what>-<model>.json.
+FORMER_DIR = Path(__file__).resolve().parents[2] / "docs/presets"
+MODEL_KEYS = {
+    "smollm2-135m": ("llama", 30, 576),
+    "gemma3-270m": ("gemma3_text", 18, 640),
+    "qwen2.5-coder-0.5b": ("qwen2", 24, 896),
+}
+FORMER = {
+    path.name: key
+    for path in sorted(FORMER_DIR.glob("former-*.json"))
+    for model, key in MODEL_KEYS.items()
+    if path.stem.endswith("-" + model)
+}
+
+
+def test_every_former_preset_file_names_a_bundled_model():
+    assert len(FORMER) == len(list(FORMER_DIR.glob("former-*.json"))) >= 5
+
+
+@pytest.mark.parametrize(("name", "key"), FORMER.items(), ids=list(FORMER))
+def test_a_former_preset_is_kept_as_a_spec_file_with_its_retired_state(name, key):
+    """docs/results.md compares the tuned presets with the ones they replaced, by these files."""
     from valuelens.presets.builtin import RETIRED_STATES
 
-    file = Path(__file__).resolve().parents[2] / "docs/presets/former-best-smollm2-135m.json"
-    config = EncoderConfig.from_dict(json.loads(file.read_text()))
+    config = EncoderConfig.from_dict(json.loads((FORMER_DIR / name).read_text()))
     assert config.postprocess.removeprefix("builtin:") in RETIRED_STATES
-    state = load_postprocess(config.postprocess, config.resolved("llama", 30, 576))  # fitted for this spec
-    assert state.kind == "center" and config != preset_config("best", ("llama", 30, 576))
+    state = load_postprocess(config.postprocess, config.resolved(*key))  # fitted for this spec
+    assert state.kind in ("center", "abtt")
+    assert config not in (preset_config("best", key), preset_config("sts", key))

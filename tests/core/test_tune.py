@@ -247,7 +247,7 @@ def test_a_folder_may_fit_its_state_at_first_use(tiny_checkpoint, tmp_path):
 def test_a_tuned_folder_is_bundled_as_a_builtin_preset(
     folder_with_state, tiny_checkpoint, tmp_path, monkeypatch
 ):
-    """tools/bundle_preset.py: how the bundled models' ``preset="best"`` entries were shipped."""
+    """tools/bundle_preset.py: how the bundled models' presets were shipped."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "tools"))
     from bundle_preset import bundle
 
@@ -267,12 +267,19 @@ def test_a_tuned_folder_is_bundled_as_a_builtin_preset(
         bundle(tmp_path / "r", "x", into=into)
 
 
-def test_the_bundled_best_presets_are_tuned_folders():
+def test_every_bundled_preset_is_a_tuned_folder():
+    """No hand-written entry is left: each bundled model's ``best`` and ``sts`` are folders tune wrote,
+    with the dev scores and timings of their run."""
+    from valuelens import presets
     from valuelens.presets import PRESETS
-    from valuelens.presets.table import TUNED_NAMES, _bundled
+    from valuelens.presets.table import _bundled
 
-    bundled = _bundled()
-    assert set(bundled) == set(PRESETS)  # every bundled model's best comes from tune
-    for key, entries in bundled.items():
-        assert set(entries) <= set(TUNED_NAMES.values()) and PRESETS[key]["best"] == entries["best"]
+    assert _bundled() == PRESETS
+    root = Path(presets.__file__).parent / "tuned"
+    for key, entries in PRESETS.items():
+        assert set(entries) == {"best", "sts"}, key
         assert entries["best"]["postprocess"].startswith("builtin:")
+    for path in sorted(root.iterdir()):
+        folder = PresetFolder.read(path)
+        assert folder.info["mode"] == "quick" and folder.info["check_min_cosine"] >= 0.99, path
+        assert folder.info["dev"]["objective"] > 0 and folder.info["seconds"]["total"] > 0, path

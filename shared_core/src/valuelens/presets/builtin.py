@@ -43,6 +43,11 @@ RETIRED_STATES = (
     "qwen2.5-coder-0.5b-sts",  # round 4 sts
     "smollm2-135m-best-v3",  # round 8 best, replaced by the tuned best
     "gemma3-270m-best",  # round 4 best, replaced by the tuned best
+    "smollm2-135m-best-v4",  # the first tuned best, replaced by a fresh valuelens tune run
+    "gemma3-270m-best-v2",  # the first tuned best, replaced by a fresh valuelens tune run
+    "smollm2-135m-sts-v2",  # round 6 sts, replaced by valuelens tune --objective sts
+    "gemma3-270m-sts",  # round 4 sts, replaced by valuelens tune --objective sts
+    "qwen2.5-coder-0.5b-sts-v2",  # round 7 sts, replaced by valuelens tune --objective sts
 )
 
 

@@ -5,10 +5,11 @@ read this package without an import cycle.
 
 Usage: ``PRESETS[("llama", 30, 576)]["best"]`` → the fields of SmolLM2-135M's ``preset="best"``.
 
-``"best"`` of each bundled model is what ``valuelens tune`` chose for it (dev data only), shipped as a
-preset folder in ``tuned/`` (tools/bundle_preset.py; its dev scores in its ``preset.json``,
-docs/tuning.md); the ``"sts"`` entries were chosen by hand in the research rounds
-(``research/rounds/README.md``).
+Every entry is what ``valuelens tune`` chose for a bundled model (dev data only; ``"best"`` under the
+balanced objective, ``"sts"`` under the STS one), shipped as a preset folder in ``tuned/``
+(tools/bundle_preset.py; its dev scores in its ``preset.json``, docs/tuning.md). The hand-chosen
+presets of the research rounds (``research/rounds/README.md``) it replaced are kept as spec files in
+``docs/presets/former-*.json``, their states in :data:`~valuelens.presets.builtin.RETIRED_STATES`.
 """
 
 from __future__ import annotations
@@ -67,43 +68,6 @@ def _bundled() -> dict[ModelKey, dict[str, dict[str, Any]]]:
     return entries
 
 
-#: The entries chosen by hand in the research rounds (research/rounds/README.md) that a tuned folder
-#: has not replaced: ``"sts"``, the short-sentence presets whose STS-B test targets were met.
-_HAND_TUNED: dict[ModelKey, dict[str, dict[str, Any]]] = {
-    # SmolLM2-135M: round 6
-    ("llama", 30, 576): {
-        "sts": {
-            "recipe": "aligned-wva",
-            "prompt": FUTUREEOL_SENTENCE,
-            "drop_prefix": True,
-            "fusion": [{"recipe": "va", "weight": 0.3}],
-            "postprocess": "builtin:smollm2-135m-sts-v2",
-        },
-    },
-    # gemma-3-270m: round 4
-    ("gemma3_text", 18, 640): {
-        "sts": {
-            "recipe": "aligned-wva",
-            "prompt": "futureeol",
-            "prepend_layers": "auto",
-            "postprocess": "builtin:gemma3-270m-sts",
-        },
-    },
-    # Qwen2.5-Coder-0.5B: round 7
-    ("qwen2", 24, 896): {
-        "sts": {
-            "recipe": "aligned-wva",
-            "prompt": FUTUREEOL_SENTENCE,
-            "fusion": [{"recipe": "va", "weight": 0.7}],
-            "postprocess": "builtin:qwen2.5-coder-0.5b-sts-v2",
-        },
-    },
-}
-
-#: Per model: the preset name → the spec's fields; ``"best"`` from ``tuned/`` (``valuelens tune
-#: --objective balanced``, quick mode: docs/tuning.md), ``"sts"`` from :data:`_HAND_TUNED`.
-PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = {
-    key: {**_HAND_TUNED.get(key, {}), **bundled.get(key, {})}
-    for bundled in [_bundled()]
-    for key in {**_HAND_TUNED, **bundled}
-}
+#: Per model: the preset name → the spec's fields, from ``tuned/``: ``"best"`` is what ``valuelens tune
+#: --objective balanced`` chose, ``"sts"`` what ``--objective sts`` chose (quick mode: docs/tuning.md).
+PRESETS: dict[ModelKey, dict[str, dict[str, Any]]] = _bundled()
