@@ -4,6 +4,7 @@ scored on the third's dev data.
 Usage::
 
     python research/default_rule.py /tmp/tuned-smol /tmp/tuned-gemma /tmp/tuned-qwen
+    python research/default_rule.py /tmp/tuned-smol /tmp/tuned-gemma /tmp/tuned-qwen --query-sides
 
 Each argument is a folder written by ``valuelens tune MODEL -o DIR --keep-cache`` (quick mode). A rule is
 a spec in relative terms: the main readout family over a band of relative depth, optionally fused with
@@ -33,6 +34,9 @@ MAIN_BANDS = [(lo / 10, hi / 10) for lo in (4, 5, 6, 7) for hi in (8, 9, 10)]
 FUSED = [None, ("hs", 0.0, 0.07), ("va", 0.7, 1.0), ("aligned-va", 0.7, 1.0)]
 WEIGHTS = (0.5, 1.0)
 POSTS = ("none", "center", "abtt:2")
+#: the query side: queries under the documents' prompt (None) or under one of these (``--query-sides``;
+#: a tune cache holds the queries under every prompt of ``valuelens.tuning.QUERY_TEMPLATES``)
+QUERY_SIDES = ("futureeol", "prompteol")
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,13 @@ class Rule:
     fused: tuple[str, float, float] | None
     weight: float
     post: str
+    query: str | None = None
 
     def label(self) -> str:
         text = f"{self.main}[{self.band[0]:.2f}-{self.band[1]:.2f}]"
         if self.fused:
             text += f" | {self.fused[0]}[{self.fused[1]:.2f}-{self.fused[2]:.2f}]:{self.weight:g}"
-        return f"{text} ~{self.post}"
+        return f"{text} ~{self.post}" + ("" if self.query is None else f" q:{self.query}")
 
 
 def _layers(lo: float, hi: float, n: int) -> tuple[int, int]:
@@ -81,26 +86,33 @@ class Model:
         if rule.fused:
             name, lo, hi = rule.fused
             fused = Part(FAMILY[name], *_layers(lo, hi, self.n), 2.0 if name == "aligned-va" else None)
-        row = self.scorer.score(Candidate(self.prompt, main, fused, rule.weight, rule.post), "rule")
+        candidate = Candidate(self.prompt, main, fused, rule.weight, rule.post, query_template=rule.query)
+        row = self.scorer.score(candidate, "rule")
         return float("nan") if row is None else row.objective
 
 
-def rules() -> list[Rule]:
+def rules(query_sides: bool = False) -> list[Rule]:
     out = []
-    for main, band, fused, post in itertools.product(
-        ("aligned-wva-dp", "aligned-wva"), MAIN_BANDS, FUSED, POSTS
+    queries = (None, *QUERY_SIDES) if query_sides else (None,)
+    for main, band, fused, post, query in itertools.product(
+        ("aligned-wva-dp", "aligned-wva"), MAIN_BANDS, FUSED, POSTS, queries
     ):
         for weight in WEIGHTS if fused else (1.0,):
-            out.append(Rule(main, band, fused, weight, post))
+            out.append(Rule(main, band, fused, weight, post, query))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("folders", nargs=3, type=Path)
+    parser.add_argument(
+        "--query-sides",
+        action="store_true",
+        help="also try queries under FutureEOL and PromptEOL (caches from a tune with the query-side stage)",
+    )
     args = parser.parse_args()
     models = [Model(f) for f in args.folders]
-    candidates = rules()
+    candidates = rules(args.query_sides)
     table = {(m.folder.model, r): m.score(r) for m in models for r in candidates}
     generic = Rule("aligned-wva", (0.5, 0.85), None, 1.0, "none")
     print(
