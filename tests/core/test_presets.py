@@ -14,6 +14,7 @@ from tiny_models import CORPUS, save_tiny_model, tune_tiny_preset
 from valuelens import ConfigError, Encoder, EncoderConfig, presets
 from valuelens.postprocess import load_postprocess
 from valuelens.presets.resolution import preset_config
+from valuelens.presets.table import tuned_folders
 
 TEXTS = CORPUS[:6]
 
@@ -190,13 +191,10 @@ def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
         assert state.kind == "abtt", (arch, name, state.kind)
 
 
-#: The presets the tuned ones replaced are kept as spec files, docs/presets/former-<what>-<model>.json.
+#: The presets the tuned ones replaced are kept as spec files, docs/presets/former-<what>-<model>.json;
+#: the model's key is its tuned folders' (each names its model and key).
 FORMER_DIR = Path(__file__).resolve().parents[2] / "docs/presets"
-MODEL_KEYS = {
-    "smollm2-135m": ("llama", 30, 576),
-    "gemma3-270m": ("gemma3_text", 18, 640),
-    "qwen2.5-coder-0.5b": ("qwen2", 24, 896),
-}
+MODEL_KEYS = {folder.model: folder.model_key for folder in tuned_folders()}
 FORMER = {
     path.name: key
     for path in sorted(FORMER_DIR.glob("former-*.json"))

@@ -270,16 +270,15 @@ def test_a_tuned_folder_is_bundled_as_a_builtin_preset(
 def test_every_bundled_preset_is_a_tuned_folder():
     """No hand-written entry is left: each bundled model's ``best`` and ``sts`` are folders tune wrote,
     with the dev scores and timings of their run."""
-    from valuelens import presets
     from valuelens.presets import PRESETS
-    from valuelens.presets.table import _bundled
+    from valuelens.presets.table import _bundled, tuned_folders
 
     assert _bundled() == PRESETS
-    root = Path(presets.__file__).parent / "tuned"
     for key, entries in PRESETS.items():
         assert set(entries) == {"best", "sts"}, key
         assert entries["best"]["postprocess"].startswith("builtin:")
-    for path in sorted(root.iterdir()):
-        folder = PresetFolder.read(path)
-        assert folder.info["mode"] == "quick" and folder.info["check_min_cosine"] >= 0.99, path
-        assert folder.info["dev"]["objective"] > 0 and folder.info["seconds"]["total"] > 0, path
+    folders = tuned_folders()
+    assert len(folders) == 2 * len(PRESETS)
+    for folder in folders:
+        assert folder.info["mode"] == "quick" and folder.info["check_min_cosine"] >= 0.99, folder.path
+        assert folder.info["dev"]["objective"] > 0 and folder.info["seconds"]["total"] > 0, folder.path

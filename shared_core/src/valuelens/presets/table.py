@@ -20,7 +20,16 @@ from typing import Any
 
 from valuelens.presets.folder import PresetFolder, is_preset_folder
 
-__all__ = ["FUTUREEOL_SENTENCE", "GENERIC", "PRESETS", "PRESET_NAMES", "TUNED_NAMES", "UNTUNED", "ModelKey"]
+__all__ = [
+    "FUTUREEOL_SENTENCE",
+    "GENERIC",
+    "PRESETS",
+    "PRESET_NAMES",
+    "TUNED_NAMES",
+    "UNTUNED",
+    "ModelKey",
+    "tuned_folders",
+]
 
 #: ``(model_type, full depth, hidden_size)``: what a model is recognised by (read from its config).
 ModelKey = tuple[str, int, int]
@@ -56,15 +65,18 @@ PRESET_NAMES = ("best", "sts", "untuned", "generic")
 TUNED_NAMES = {"balanced": "best", "sts": "sts"}
 
 
-def _bundled() -> dict[ModelKey, dict[str, dict[str, Any]]]:
-    """The presets ``valuelens tune`` wrote for the bundled models, shipped in ``tuned/`` (one preset
-    folder each, its state in ``states/``): model key → preset name → the spec's fields."""
+def tuned_folders() -> list[PresetFolder]:
+    """The preset folders ``valuelens tune`` wrote for the bundled models, shipped in ``tuned/`` (their
+    states in ``states/``), in name order."""
     root = Path(str(resources.files(__package__ or "valuelens.presets") / "tuned"))
+    return [PresetFolder.read(path) for path in sorted(root.iterdir()) if is_preset_folder(path)]
+
+
+def _bundled() -> dict[ModelKey, dict[str, dict[str, Any]]]:
+    """The bundled presets: model key → preset name → the spec's fields (:func:`tuned_folders`)."""
     entries: dict[ModelKey, dict[str, dict[str, Any]]] = {}
-    for path in sorted(root.iterdir()):
-        if is_preset_folder(path):
-            folder = PresetFolder.read(path)
-            entries.setdefault(folder.model_key, {})[TUNED_NAMES[folder.objective]] = dict(folder.spec)
+    for folder in tuned_folders():
+        entries.setdefault(folder.model_key, {})[TUNED_NAMES[folder.objective]] = dict(folder.spec)
     return entries
 
 
