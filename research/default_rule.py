@@ -64,7 +64,7 @@ def _layers(lo: float, hi: float, n: int) -> tuple[int, int]:
 class Model:
     def __init__(self, folder: Path) -> None:
         self.folder = PresetFolder.read(folder)
-        data = TuneData.build(self.folder.info.get("mode", "quick"))
+        data = TuneData.build(self.folder.info.get("mode", "quick"), objective=self.folder.objective)
         cache = LayerCache.open(
             folder / "cache",
             data,

@@ -107,11 +107,54 @@ def test_a_second_run_reuses_the_cache_and_a_stale_one_is_cleared(
     )
     assert again.spec == first.spec
     meta = tmp_path / "t" / "cache" / "meta.json"
-    meta.write_text(json.dumps({**json.loads(meta.read_text()), "data": "other"}))
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "model": "other"}))
     caplog.set_level(logging.WARNING, logger="valuelens")
-    with pytest.raises(AssertionError, match="ran again"):  # made for other data: cleared and recomputed
+    with pytest.raises(AssertionError, match="ran again"):  # made for another model: cleared and recomputed
         tune(tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, show_progress=False)
     assert any("clearing the tuning cache" in r.getMessage() for r in caplog.records)
+
+
+def test_a_shared_cache_recomputes_only_the_sets_another_objective_reads_differently(
+    tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch, caplog
+):
+    """``cache=`` (``--cache``): kept after the run; an ``sts`` run after a balanced one embeds only its
+    STS-B pairs again, since it reads all of them (here the balanced run reads 5)."""
+    from valuelens.tuning import data as tuning_data
+
+    monkeypatch.setitem(tuning_data.SIZES, "quick", {**tuning_data.SIZES["quick"], "sts_pairs": 5})
+    balanced = TuneData.build("quick", data_dir=tiny_data_dir)
+    sts = TuneData.build("quick", objective="sts", data_dir=tiny_data_dir)
+    assert len(balanced.sts.gold) == 5 and len(sts.sts.gold) == 40  # every dev pair of the tiny set
+    assert balanced.sets()["docs"] == sts.sets()["docs"] and balanced.fit_texts == sts.fit_texts
+    cache = tmp_path / "shared-cache"
+    tune(tiny_checkpoint, tmp_path / "a", data_dir=tiny_data_dir, cache=cache, show_progress=False)
+    assert (cache / "meta.json").is_file() and not (tmp_path / "a" / "cache").exists()
+
+    from valuelens.tuning import cache as tuning_cache
+
+    embedded: list[tuple[str, ...]] = []
+    real = tuning_cache.run_batches
+
+    def recording(encoder, texts, *args, **kwargs):
+        embedded.append(tuple(texts))
+        return real(encoder, texts, *args, **kwargs)
+
+    monkeypatch.setattr(tuning_cache, "run_batches", recording)
+    caplog.set_level(logging.WARNING, logger="valuelens")
+    result = tune(
+        tiny_checkpoint,
+        tmp_path / "b",
+        objective="sts",
+        data_dir=tiny_data_dir,
+        cache=cache,
+        show_progress=False,
+    )
+    assert embedded and all(texts == sts.sts.texts for texts in embedded)
+    assert any("holds other sts texts" in r.getMessage() for r in caplog.records)
+    assert PresetFolder.read(tmp_path / "b").info["data"]["sts_pairs"] == 40
+    assert result.best.objective == pytest.approx(result.best.sts)
+    with pytest.raises(ConfigError, match=r"cache .* is not a folder"):
+        tune(tiny_checkpoint, tmp_path / "c", data_dir=tiny_data_dir, cache=tmp_path / "b" / "preset.json")
 
 
 def test_bad_options_fail_before_any_model_loads(tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch):

@@ -14,7 +14,9 @@ scored offline from that cache (:mod:`~valuelens.tuning.search`) on STS-B dev an
 ``DIR/preset.json`` (:mod:`valuelens.presets.folder`), ``DIR/state.safetensors`` (its fitted
 post-processing, if any), ``DIR/report.md`` and ``DIR/candidates.jsonl`` (every candidate's dev scores,
 :mod:`~valuelens.tuning.report`). The cache (``DIR/cache``) makes an interrupted run resumable; it is
-removed after a run unless ``keep_cache=True``.
+removed after a run unless ``keep_cache=True``. A cache folder of one's own (``cache=``) is kept, and
+serves every later run on the same model: another objective or corpus recomputes only the sets it reads
+differently, e.g. ``tune(m, "a", cache="c"); tune(m, "b", objective="sts", cache="c")``.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ from valuelens.presets.folder import PresetFolder
 from valuelens.presets.resolution import resolve
 from valuelens.presets.table import FUTUREEOL_SENTENCE
 from valuelens.tuning.cache import FAMILIES, LayerCache
-from valuelens.tuning.data import MODES, Mode, TuneData
+from valuelens.tuning.data import Mode, Objective, TuneData
 from valuelens.tuning.report import write_report
-from valuelens.tuning.search import OBJECTIVES, Candidate, Objective, Row, Scorer, search
+from valuelens.tuning.search import Candidate, Row, Scorer, search
 
 __all__ = ["PROMPTS", "QUERY_TEMPLATES", "STATE_FILE", "TuneResult", "dev_scores", "tune"]
 
@@ -95,26 +97,27 @@ def tune(
     device: str | None = None,
     dtype: str | None = None,
     batch_size: int = 32,
+    cache: str | os.PathLike[str] | None = None,
     keep_cache: bool = False,
     show_progress: bool = True,
 ) -> TuneResult:
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
     ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data with the real
-    encoder, as rows of the report. Raises :class:`ConfigError` for a bad option before any model loads.
+    encoder, as rows of the report. ``cache``: where the layer cache lives (default ``output/cache``,
+    removed after the run unless ``keep_cache``; a folder given here is always kept). Raises
+    :class:`ConfigError` for a bad option before any model loads.
     """
-    if objective not in OBJECTIVES:
-        msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
-        raise ConfigError(msg)
-    if mode not in MODES:
-        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
-        raise ConfigError(msg)
     out = Path(output)
     if out.exists() and not out.is_dir():
         msg = f"output {str(out)!r} exists and is not a folder"
         raise ConfigError(msg)
+    cache_dir = out / "cache" if cache is None else Path(cache)
+    if cache_dir.exists() and not cache_dir.is_dir():
+        msg = f"cache {str(cache_dir)!r} exists and is not a folder"
+        raise ConfigError(msg)
     started = time.perf_counter()
-    data = TuneData.build(mode, corpus=corpus, data_dir=data_dir)
+    data = TuneData.build(mode, objective=objective, corpus=corpus, data_dir=data_dir)  # checks both
     path = models.path(model)
     name = str(model) if model is not None else models.DEFAULT_MODEL
     spec_max = EncoderConfig(max_length=max_length).effective_max_length
@@ -123,7 +126,7 @@ def tune(
     key, n_layers = probe.parts.model_key, len(probe.layers)
     seconds: dict[str, float] = {"load": time.perf_counter() - started}
 
-    cache = LayerCache.open(out / "cache", data, model_name=name, model_key=key, max_length=spec_max)
+    layers = LayerCache.open(cache_dir, data, model_name=name, model_key=key, max_length=spec_max)
     prompts = PROMPTS[mode]
     query_templates = [p for p in QUERY_TEMPLATES if p not in prompts]
     sets = data.sets()
@@ -134,11 +137,11 @@ def tune(
     with tqdm(
         total=total, desc="valuelens tune: forward passes", unit="text", disable=not show_progress
     ) as bar:
-        cache.fill(
+        layers.fill(
             net, tokenizer, prompts, FAMILIES, sets, max_length=spec_max, batch_size=batch_size, progress=bar
         )
         queries = {"queries": sets["queries"]}
-        cache.fill(
+        layers.fill(
             net,
             tokenizer,
             query_templates,
@@ -153,7 +156,7 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    scorer = Scorer(cache, data, objective=objective, embed_filters=filters)
+    scorer = Scorer(layers, data, objective=objective, embed_filters=filters)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
         total=n_groups, desc="valuelens tune: scoring", unit="family", disable=not show_progress
@@ -205,8 +208,8 @@ def tune(
     folder = PresetFolder(out.resolve(), name, key, fields, objective, info)
     folder.write()
     write_report(folder, rows, references, data, prompts)
-    if not keep_cache:
-        shutil.rmtree(out / "cache", ignore_errors=True)
+    if cache is None and not keep_cache:
+        shutil.rmtree(cache_dir, ignore_errors=True)
     return TuneResult(folder.path, fields, best, references, seconds)
 
 

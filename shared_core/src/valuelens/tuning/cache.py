@@ -11,8 +11,9 @@ layer of the model (:class:`LayerwiseReadout`): its per-layer vectors side by si
 mean, so that any layer band is scored offline as the mean over the band, which is what the recipe
 computes for ``layers=[lo, ..., hi]`` (``combine="mean"``). The batching, tokenization (prompt,
 truncation at ``max_length``) and capture are the encoder's own (:func:`valuelens.batching.run_batches`).
-The files are ``CACHE/PROMPT_ID/SET.FAMILY.npy`` (float16 where the values fit, else float32) plus ``meta.json``; a cache made from other
-data or another model is cleared.
+The files are ``CACHE/PROMPT_ID/SET.FAMILY.npy`` (float16 where the values fit, else float32) plus
+``meta.json``. A cache made for another model (or token limit) is cleared; a set whose texts changed is
+recomputed alone, so runs of one model with other objectives or corpora share a cache (``--cache DIR``).
 """
 
 from __future__ import annotations
@@ -113,25 +114,40 @@ class LayerCache:
     def open(
         cls, root: str | Path, data: TuneData, *, model_name: str, model_key: Sequence[Any], max_length: int
     ) -> LayerCache:
-        """The cache at ``root`` for this data and model (a stale one is cleared with a log line)."""
+        """The cache at ``root`` for this data and model: one made for another model is cleared, and the
+        sets whose texts changed are dropped (each with a log line)."""
         root = Path(root)
-        meta = {
-            "data": data.fingerprint(),
+        sets = data.fingerprints()
+        meta: dict[str, Any] = {
             "model": model_name,
             "model_key": list(model_key),
             "max_length": max_length,
+            "sets": sets,
         }
         file = root / "meta.json"
         if file.is_file():
             try:
                 old = json.loads(file.read_text(encoding="utf-8"))
             except ValueError:
-                old = None
-            if old != meta:
+                old = {}
+            same_model = isinstance(old, dict) and all(old.get(k) == meta[k] for k in meta if k != "sets")
+            old_sets = old.get("sets") if same_model else None
+            if not isinstance(old_sets, dict):
                 logger.warning(
-                    "clearing the tuning cache %s: it was made for other data or another model", root
+                    "clearing the tuning cache %s: it was made for another model (or by an older valuelens)",
+                    root,
                 )
                 shutil.rmtree(root)
+            else:
+                for name, digest in sets.items():
+                    if old_sets.get(name) != digest:
+                        stale = list(root.glob(f"*/{name}.*.npy"))
+                        if stale:
+                            logger.warning(
+                                "the tuning cache %s holds other %s texts: recomputing them", root, name
+                            )
+                        for path in stale:
+                            path.unlink()
         root.mkdir(parents=True, exist_ok=True)
         file.write_text(json.dumps(meta) + "\n", encoding="utf-8")
         return cls(root, meta)
@@ -199,4 +215,7 @@ class LayerCache:
                     array = result.cpu().numpy().reshape(len(texts), n_layers, -1)
                     if np.isfinite(array).all() and np.abs(array).max(initial=0.0) < 6e4:
                         array = array.astype(np.float16)  # half the disk and memory; float32 past its range
-                    np.save(self._file(prompt, family.name, set_name), array)
+                    target = self._file(prompt, family.name, set_name)
+                    partial = target.with_suffix(".partial.npy")  # an interrupted write leaves no bad file
+                    np.save(partial, array)
+                    partial.replace(target)

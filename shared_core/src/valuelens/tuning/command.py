@@ -4,6 +4,7 @@ Usage::
 
     valuelens tune smollm2-135m -o tuned/smollm2                 # quick mode, balanced objective
     valuelens tune ./my-model -o tuned/mine --objective retrieval --corpus my_docs.txt --mode full
+    valuelens tune smollm2-135m -o tuned/smollm2-sts --objective sts --cache tuned/cache   # reuse passes
     valuelens embed docs.txt -o vectors.parquet --model ./my-model --preset tuned/mine
 """
 
@@ -37,7 +38,7 @@ def tune_command(
     mode: Annotated[
         str,
         typer.Option(
-            help="quick (600 STS-B dev pairs, a ~300-document dev corpus, one prompt) or full (all dev pairs, the whole corpus, 4 prompts)."
+            help="quick (600 STS-B dev pairs, all with --objective sts; a ~300-document dev corpus; one prompt) or full (all dev pairs, the whole corpus, 4 prompts)."
         ),
     ] = "quick",
     corpus: Annotated[
@@ -62,6 +63,12 @@ def tune_command(
     device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: cuda if available).")] = None,
     dtype: Annotated[
         str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the per-layer vectors in this folder (default OUT/cache, removed after the run): later runs on the same model reuse what they share."
+        ),
     ] = None,
     keep_cache: Annotated[
         bool, typer.Option("--keep-cache", help="Keep OUT/cache (the per-layer vectors) after the run.")
@@ -92,6 +99,7 @@ def tune_command(
             data_dir=data_dir,
             device=device,
             dtype=dtype,
+            cache=cache,
             keep_cache=keep_cache,
         )
     except (ValueLensError, ValueError, OSError) as exc:

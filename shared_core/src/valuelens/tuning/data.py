@@ -9,6 +9,7 @@ Dev splits only: STS-B ``dev`` (a seeded sample of pairs in quick mode), and Sci
 split (:data:`valuelens.evaluation.tasks.CARVED_DEV_QUERIES` seeded queries; its other 200 queries are
 the ``test`` split results are reported on). Quick mode ranks the dev queries' documents among the
 relevant documents of those queries plus a seeded sample of the others; full mode over the whole corpus.
+The ``sts`` objective reads every STS-B dev pair in either mode (:func:`sizes`).
 The fitting text is unlabeled: STS-B ``train`` sentences and SciFact documents outside the dev corpus
 (seeded), or the user's own corpus.
 """
@@ -28,10 +29,22 @@ import numpy as np
 from valuelens.errors import ConfigError
 from valuelens.evaluation.tasks import SEED, PairData, RetrievalData, find_set, load_task, read_jsonl
 
-__all__ = ["MODES", "Mode", "PairSet", "RetrievalSet", "TuneData", "read_corpus"]
+__all__ = [
+    "MODES",
+    "OBJECTIVES",
+    "Mode",
+    "Objective",
+    "PairSet",
+    "RetrievalSet",
+    "TuneData",
+    "read_corpus",
+    "sizes",
+]
 
 Mode = Literal["quick", "full"]
 MODES: tuple[Mode, ...] = ("quick", "full")
+Objective = Literal["balanced", "sts", "retrieval"]
+OBJECTIVES: tuple[Objective, ...] = ("balanced", "sts", "retrieval")
 
 #: Per mode: STS-B dev pairs (None: all 1500), other SciFact documents beside the dev queries' relevant
 #: ones (None: the whole corpus), unlabeled STS-B train sentences and SciFact documents to fit on.
@@ -39,6 +52,18 @@ SIZES: dict[Mode, dict[str, int | None]] = {
     "quick": {"sts_pairs": 600, "other_docs": 200, "fit_sentences": 300, "fit_docs": 50},
     "full": {"sts_pairs": None, "other_docs": None, "fit_sentences": 2000, "fit_docs": 400},
 }
+
+
+def sizes(mode: Mode, objective: Objective = "balanced") -> dict[str, int | None]:
+    """How much of each set a run reads (:data:`SIZES`), except that the ``sts`` objective reads every
+    STS-B dev pair in either mode: the pairs are its only signal, and short sentences cost little beside
+    the documents (a quick run's 600 pairs were a thin base for a sentence-only preset).
+
+    Usage: ``sizes("quick", "sts")["sts_pairs"]`` (``None``: all)."""
+    chosen = dict(SIZES[mode])
+    if objective == "sts":
+        chosen["sts_pairs"] = None
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -114,21 +139,26 @@ class TuneData:
         cls,
         mode: Mode = "quick",
         *,
+        objective: Objective = "balanced",
         corpus: str | os.PathLike[str] | None = None,
         data_dir: str | os.PathLike[str] | None = None,
     ) -> TuneData:
-        """Read the dev sets from the data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``)."""
+        """Read the dev sets from the data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``)
+        for a run of ``mode`` and ``objective`` (:func:`sizes`)."""
         if mode not in MODES:
             msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
             raise ConfigError(msg)
-        sizes = SIZES[mode]
-        sts_data = load_task("stsb", data_dir).load("dev", limit=sizes["sts_pairs"])
+        if objective not in OBJECTIVES:
+            msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
+            raise ConfigError(msg)
+        read = sizes(mode, objective)
+        sts_data = load_task("stsb", data_dir).load("dev", limit=read["sts_pairs"])
         assert isinstance(sts_data, PairData)
         ret = load_task("scifact", data_dir).load("dev")
         assert isinstance(ret, RetrievalData)
         relevant = sorted({d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus})
         others = [d for d in ret.corpus if d not in set(relevant)]
-        kept_others = _sample(others, sizes["other_docs"])
+        kept_others = _sample(others, read["other_docs"])
         doc_ids = [d for d in ret.corpus if d in set(relevant) | set(kept_others)]
         retrieval = RetrievalSet(
             tuple(ret.queries),
@@ -138,19 +168,20 @@ class TuneData:
             {q: dict(r) for q, r in ret.qrels.items()},
         )
         if corpus is not None:
-            n_fit = (sizes["fit_sentences"] or 0) + (sizes["fit_docs"] or 0)
+            n_fit = (read["fit_sentences"] or 0) + (read["fit_docs"] or 0)
             fit = read_corpus(corpus, n_fit)
             source = f"{len(fit)} texts of {Path(corpus).name}"
         else:
-            fit, source = _default_fit_texts(sizes, ret.corpus, set(doc_ids), data_dir)
+            fit, source = _default_fit_texts(read, ret.corpus, set(doc_ids), data_dir)
         return cls(mode, PairSet.from_pairs(sts_data), retrieval, tuple(fit), source)
 
-    def fingerprint(self) -> str:
-        """A short hash of every text and label read: a cache is reused only for the same data."""
-        payload = json.dumps(
-            [self.sts.texts, self.sts.gold, self.retrieval.queries, self.retrieval.docs, self.fit_texts]
-        )
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+    def fingerprints(self) -> dict[str, str]:
+        """A short hash of each embedded set's texts (:meth:`sets`): a cached set is reused only for the
+        same texts."""
+        return {
+            name: hashlib.sha256(json.dumps(texts).encode("utf-8")).hexdigest()[:16]
+            for name, texts in self.sets().items()
+        }
 
     def sets(self) -> dict[str, tuple[str, ...]]:
         """The text sets embedded: ``sts``, ``queries``, ``docs``, ``fit``."""
@@ -163,7 +194,7 @@ class TuneData:
 
 
 def _default_fit_texts(
-    sizes: dict[str, int | None],
+    read: dict[str, int | None],
     corpus: dict[str, str] | Any,
     dev_docs: set[str],
     data_dir: str | os.PathLike[str] | None,
@@ -172,9 +203,9 @@ def _default_fit_texts(
     whole corpus when the dev corpus is all of it, as in full mode)."""
     rows = list(read_jsonl(find_set("stsb", data_dir) / "train.jsonl"))
     pool = list(dict.fromkeys(t for r in rows for t in (r["sentence1"], r["sentence2"])))
-    sentences = _sample(pool, sizes["fit_sentences"])
+    sentences = _sample(pool, read["fit_sentences"])
     outside = [text for doc_id, text in corpus.items() if doc_id not in dev_docs and text]
-    wanted = sizes["fit_docs"] or 0
+    wanted = read["fit_docs"] or 0
     where = "outside the dev corpus"
     if len(outside) < wanted:
         outside, where = [text for text in corpus.values() if text], "of the corpus"

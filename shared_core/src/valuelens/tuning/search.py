@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,23 +38,19 @@ from valuelens.evaluation.metrics import ndcg_at_k
 from valuelens.postprocess import Postprocess
 from valuelens.readout import fuse
 from valuelens.tuning.cache import Family, LayerCache
-from valuelens.tuning.data import TuneData
+from valuelens.tuning.data import OBJECTIVES, Objective, TuneData
 
 __all__ = [
     "FUSION_WEIGHTS",
     "MIN_BAND",
-    "OBJECTIVES",
     "POSTPROCESS",
     "Candidate",
-    "Objective",
     "Part",
     "Row",
     "Scorer",
     "search",
 ]
 
-Objective = Literal["balanced", "sts", "retrieval"]
-OBJECTIVES: tuple[Objective, ...] = ("balanced", "sts", "retrieval")
 #: The fewest layers a band holds (a single layer is noisy, and the bundled bands hold 3 to 16).
 MIN_BAND = 2
 #: The weights a fused part is tried at (the main part has weight 1).
