@@ -152,6 +152,7 @@ def test_a_shared_cache_recomputes_only_the_sets_another_objective_reads_differe
     assert embedded and all(texts == sts.sts.texts for texts in embedded)
     assert any("holds other sts texts" in r.getMessage() for r in caplog.records)
     assert PresetFolder.read(tmp_path / "b").info["data"]["sts_pairs"] == 40
+    assert "Objective `sts` (STS-B dev Spearman, ×100)" in (tmp_path / "b" / "report.md").read_text()
     assert result.best.objective == pytest.approx(result.best.sts)
     with pytest.raises(ConfigError, match=r"cache .* is not a folder"):
         tune(tiny_checkpoint, tmp_path / "c", data_dir=tiny_data_dir, cache=tmp_path / "b" / "preset.json")

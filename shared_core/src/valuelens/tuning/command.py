@@ -17,6 +17,7 @@ import typer
 
 from valuelens.errors import ValueLensError
 from valuelens.options import fail
+from valuelens.tuning.data import OBJECTIVE_MEANING
 
 __all__ = ["tune_command"]
 
@@ -33,7 +34,7 @@ def tune_command(
     ],
     objective: Annotated[
         str,
-        typer.Option(help="balanced (mean of STS-B dev Spearman and SciFact dev nDCG@10), sts or retrieval."),
+        typer.Option(help="; ".join(f"{name}: {what}" for name, what in OBJECTIVE_MEANING.items()) + "."),
     ] = "balanced",
     mode: Annotated[
         str,

@@ -32,6 +32,7 @@ from valuelens.evaluation.tasks import SEED, PairData, RetrievalData, find_set, 
 __all__ = [
     "MODES",
     "OBJECTIVES",
+    "OBJECTIVE_MEANING",
     "Mode",
     "Objective",
     "PairSet",
@@ -44,7 +45,13 @@ __all__ = [
 Mode = Literal["quick", "full"]
 MODES: tuple[Mode, ...] = ("quick", "full")
 Objective = Literal["balanced", "sts", "retrieval"]
-OBJECTIVES: tuple[Objective, ...] = ("balanced", "sts", "retrieval")
+#: What each objective maximizes (the report and ``--objective``'s help say it in these words).
+OBJECTIVE_MEANING: dict[Objective, str] = {
+    "balanced": "the mean of STS-B dev Spearman and SciFact dev nDCG@10",
+    "sts": "STS-B dev Spearman",
+    "retrieval": "SciFact dev nDCG@10",
+}
+OBJECTIVES: tuple[Objective, ...] = tuple(OBJECTIVE_MEANING)
 
 #: Per mode: STS-B dev pairs (None: all 1500), other SciFact documents beside the dev queries' relevant
 #: ones (None: the whole corpus), unlabeled STS-B train sentences and SciFact documents to fit on.

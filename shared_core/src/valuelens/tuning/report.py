@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from valuelens.presets.folder import PresetFolder
-from valuelens.tuning.data import TuneData
+from valuelens.tuning.data import OBJECTIVE_MEANING, Objective, TuneData
 from valuelens.tuning.search import Row
 
 __all__ = ["CANDIDATES_FILE", "REPORT_FILE", "write_report"]
@@ -62,7 +63,7 @@ def write_report(
     lines = [
         f"# valuelens tune: {folder.model}",
         "",
-        f"Objective `{folder.objective}` (balanced: the mean of STS-B dev Spearman and SciFact dev nDCG@10, both ×100), "
+        f"Objective `{folder.objective}` ({OBJECTIVE_MEANING.get(cast(Objective, folder.objective), '?')}, ×100), "
         f"{info.get('mode', '?')} mode. Dev data only: {len(data.sts.gold)} STS-B dev pairs; SciFact's carved dev split "
         f"({len(data.retrieval.queries)} queries) over {len(data.retrieval.docs)} documents. Post-processing fitted on "
         f"{data.fit_source} (unlabeled).",
