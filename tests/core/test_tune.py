@@ -304,11 +304,26 @@ def test_a_tuned_folder_is_bundled_as_a_builtin_preset(
     assert bundled.model_key == KEY and bundled.objective == "balanced"
     state = into / "states" / "tiny-best.safetensors"
     assert state.read_bytes() == (folder_with_state / STATE_FILE).read_bytes()
+    assert bundle(folder_with_state, "tiny-best", into=into) == out  # a rerun that fitted the same state
+    assert state.read_bytes() == (folder_with_state / STATE_FILE).read_bytes()
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(folder_with_state / STATE_FILE)
+    tensors["mean"] = tensors["mean"] + 1.0
+    save_file(tensors, folder_with_state / STATE_FILE, metadata=dict(_metadata(state)))
     with pytest.raises(ConfigError, match="a shipped state keeps its name"):
         bundle(folder_with_state, "tiny-best", into=into)
+    assert state.read_bytes() != (folder_with_state / STATE_FILE).read_bytes()  # never overwritten
     PresetFolder(tmp_path / "r", "tiny", KEY, {"recipe": "va"}, "retrieval").write()
     with pytest.raises(ConfigError, match="objective 'retrieval' has no bundled preset name"):
         bundle(tmp_path / "r", "x", into=into)
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(path, "np") as handle:
+        return handle.metadata()
 
 
 def test_every_bundled_preset_is_a_tuned_folder():
