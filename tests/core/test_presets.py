@@ -213,7 +213,9 @@ def test_a_former_preset_is_kept_as_a_spec_file_with_its_retired_state(name, key
     from valuelens.presets.builtin import RETIRED_STATES
 
     config = EncoderConfig.from_dict(json.loads((FORMER_DIR / name).read_text()))
+    assert config not in (preset_config("best", key), preset_config("sts", key))
+    if config.postprocess is None:  # nothing was fitted (Qwen's first tuned sts)
+        return
     assert config.postprocess.removeprefix("builtin:") in RETIRED_STATES
     state = load_postprocess(config.postprocess, config.resolved(*key))  # fitted for this spec
     assert state.kind in ("center", "abtt")
-    assert config not in (preset_config("best", key), preset_config("sts", key))
