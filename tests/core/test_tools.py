@@ -103,3 +103,32 @@ def test_fuse_posted_weighs_two_post_processed_parts(tools, tmp_path):
     assert table[2][0] == pytest.approx(alone("q", "abtt:1@train"), abs=1e-6)
     assert table[1][0] not in (table[0][0], table[2][0])  # an even fusion is neither part
     assert alone("p", "center@train") != pytest.approx(alone("p", "none"), abs=1e-6)  # the post counts
+
+
+def test_dev_corpus_rank_compares_two_runs_over_their_shared_candidates(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(TOOLS))
+    try:
+        rank = importlib.import_module("dev_corpus_rank")
+    finally:
+        sys.path.remove(str(TOOLS))
+    runs = {  # candidate: (retrieval, objective) in run a and run b; "only-a" is not shared
+        "a": {"x": (70.0, 80.0), "y": (72.0, 79.0), "z": (60.0, 70.0), "only-a": (99.0, 99.0)},
+        "b": {"x": (58.0, 70.0), "y": (61.0, 72.0), "z": (50.0, 60.0)},
+    }
+    for name, rows in runs.items():
+        (tmp_path / name).mkdir()
+        lines = [
+            json.dumps({"candidate": k, "sts": 2 * o - r, "retrieval": r, "objective": o})
+            for k, (r, o) in rows.items()
+        ]
+        (tmp_path / name / "candidates.jsonl").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(
+        sys, "argv", ["dev_corpus_rank.py", str(tmp_path / "a"), str(tmp_path / "b"), "--top", "2"]
+    )
+    rank.main()
+    out = capsys.readouterr().out
+    assert "4 and 3 candidates, 3 in both" in out
+    assert "| retrieval | 1.000 | -11.00 |" in out  # same order, 11 points lower on average
+    assert "| `x` | 70.00 | 80.00 | 58.00 | 70.00 | 2 |" in out  # a's first is b's second
+    assert "| `y` | 72.00 | 79.00 | 61.00 | 72.00 | 2 |" in out  # b's first is a's second
+    assert "only-a" not in out

@@ -167,6 +167,9 @@ def test_bad_options_fail_before_any_model_loads(tiny_checkpoint, tiny_data_dir,
         tune(tiny_checkpoint, tmp_path / "a", objective="speed", data_dir=tiny_data_dir)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="mode must be one of"):
         tune(tiny_checkpoint, tmp_path / "a", mode="fast", data_dir=tiny_data_dir)  # type: ignore[arg-type]
+    for bad in (-1, True, 2.5):
+        with pytest.raises(ConfigError, match="distractors must be a whole number of documents >= 0"):
+            tune(tiny_checkpoint, tmp_path / "a", distractors=bad, data_dir=tiny_data_dir)  # type: ignore[arg-type]
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="not a folder"):
         tune(tiny_checkpoint, tmp_path / "file", data_dir=tiny_data_dir)
@@ -195,10 +198,16 @@ def test_the_command_line(tiny_checkpoint, tiny_data_dir, tmp_path):
         str(tiny_data_dir),
         "--compare",
         "best",
+        "--distractors",
+        "3",
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and "preset best: STS-B dev" in result.output
+    dev = TuneData.build("quick", distractors=3, data_dir=tiny_data_dir)
+    relevant = {d for q in dev.retrieval.qrels.values() for d, r in q.items() if r > 0}
+    assert len(dev.retrieval.docs) == len(relevant & set(dev.retrieval.doc_ids)) + 3
+    assert PresetFolder.read(tmp_path / "t").info["data"]["retrieval_docs"] == len(dev.retrieval.docs)
     assert "| preset | STS-B dev" in (tmp_path / "t" / "report.md").read_text()
     out = tmp_path / "v.npy"
     (tmp_path / "in.txt").write_text("A cat.\nA dog.\n")

@@ -91,6 +91,7 @@ def tune(
     objective: Objective = "balanced",
     mode: Mode = "quick",
     corpus: str | os.PathLike[str] | None = None,
+    distractors: int | None = None,
     compare: Sequence[str] = (),
     max_length: int | None = None,
     data_dir: str | os.PathLike[str] | None = None,
@@ -104,7 +105,8 @@ def tune(
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
     ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data with the real
-    encoder, as rows of the report. ``cache``: where the layer cache lives (default ``output/cache``,
+    encoder, as rows of the report. ``distractors``: SciFact documents beside the dev queries' relevant
+    ones in the dev corpus (default: the mode's, :meth:`TuneData.build`). ``cache``: where the layer cache lives (default ``output/cache``,
     removed after the run unless ``keep_cache``; a folder given here is always kept). Raises
     :class:`ConfigError` for a bad option before any model loads.
     """
@@ -117,7 +119,9 @@ def tune(
         msg = f"cache {str(cache_dir)!r} exists and is not a folder"
         raise ConfigError(msg)
     started = time.perf_counter()
-    data = TuneData.build(mode, objective=objective, corpus=corpus, data_dir=data_dir)  # checks both
+    data = TuneData.build(  # checks every option
+        mode, objective=objective, corpus=corpus, distractors=distractors, data_dir=data_dir
+    )
     path = models.path(model)
     name = str(model) if model is not None else models.DEFAULT_MODEL
     spec_max = EncoderConfig(max_length=max_length).effective_max_length
