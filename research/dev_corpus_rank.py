@@ -69,6 +69,11 @@ def main() -> None:
         name: sorted(common, key=lambda k, run=run: -run[k]["objective"])
         for name, run in (("A", a), ("B", b))
     }
+    head = rank["A"][:100]
+    x, y = np.array([a[k]["retrieval"] for k in head]), np.array([b[k]["retrieval"] for k in head])
+    print(
+        f"\nretrieval Spearman over A's {len(head)} best shared candidates: {spearmanr(x, y).statistic:.3f}"
+    )
     for name, other in (("A", "B"), ("B", "A")):
         print(f"\nTop {args.top} of {name} (objective):\n")
         print(f"| candidate | A retrieval | A objective | B retrieval | B objective | rank in {other} |")

@@ -131,4 +131,5 @@ def test_dev_corpus_rank_compares_two_runs_over_their_shared_candidates(tmp_path
     assert "| retrieval | 1.000 | -11.00 |" in out  # same order, 11 points lower on average
     assert "| `x` | 70.00 | 80.00 | 58.00 | 70.00 | 2 |" in out  # a's first is b's second
     assert "| `y` | 72.00 | 79.00 | 61.00 | 72.00 | 2 |" in out  # b's first is a's second
+    assert "retrieval Spearman over A's 3 best shared candidates: 1.000" in out
     assert "only-a" not in out
