@@ -22,12 +22,14 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from valuelens.tuning.report import CANDIDATES_FILE
+
 SCORES = ("sts", "retrieval", "objective")
 
 
 def read(folder: Path) -> dict[str, dict]:
     """Every candidate of a tune folder by its label."""
-    lines = (folder / "candidates.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (folder / CANDIDATES_FILE).read_text(encoding="utf-8").splitlines()
     return {row["candidate"]: row for row in map(json.loads, lines)}
 
 

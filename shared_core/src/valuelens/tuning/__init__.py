@@ -106,9 +106,10 @@ def tune(
 
     ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data with the real
     encoder, as rows of the report. ``distractors``: SciFact documents beside the dev queries' relevant
-    ones in the dev corpus (default: the mode's, :meth:`TuneData.build`). ``cache``: where the layer cache lives (default ``output/cache``,
-    removed after the run unless ``keep_cache``; a folder given here is always kept). Raises
-    :class:`ConfigError` for a bad option before any model loads.
+    ones in the dev corpus (default: the mode's, :func:`~valuelens.tuning.data.sizes`). ``cache``:
+    where the layer cache lives (default ``output/cache``, removed after the run unless ``keep_cache``;
+    a folder given here is always kept). Raises :class:`ConfigError` for a bad option before any model
+    loads.
     """
     out = Path(output)
     if out.exists() and not out.is_dir():

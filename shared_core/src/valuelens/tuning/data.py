@@ -62,15 +62,23 @@ SIZES: dict[Mode, dict[str, int | None]] = {
 }
 
 
-def sizes(mode: Mode, objective: Objective = "balanced") -> dict[str, int | None]:
+def sizes(
+    mode: Mode, objective: Objective = "balanced", distractors: int | None = None
+) -> dict[str, int | None]:
     """How much of each set a run reads (:data:`SIZES`), except that the ``sts`` objective reads every
     STS-B dev pair in either mode: the pairs are its only signal, and short sentences cost little beside
-    the documents (a quick run's 600 pairs were a thin base for a sentence-only preset).
+    the documents (a quick run's 600 pairs were a thin base for a sentence-only preset). ``distractors``,
+    when given, replaces the mode's count of other SciFact documents (``--distractors``).
 
     Usage: ``sizes("quick", "sts")["sts_pairs"]`` (``None``: all)."""
     chosen = dict(SIZES[mode])
     if objective == "sts":
         chosen["sts_pairs"] = None
+    if distractors is not None:
+        if isinstance(distractors, bool) or not isinstance(distractors, int) or distractors < 0:
+            msg = f"distractors must be a whole number of documents >= 0, got {distractors!r}"
+            raise ConfigError(msg)
+        chosen["other_docs"] = distractors
     return chosen
 
 
@@ -153,22 +161,15 @@ class TuneData:
         data_dir: str | os.PathLike[str] | None = None,
     ) -> TuneData:
         """Read the dev sets from the data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``)
-        for a run of ``mode`` and ``objective`` (:func:`sizes`). ``distractors``: how many SciFact
-        documents beside the dev queries' relevant ones the dev corpus holds (default: the mode's; more
-        brings dev retrieval closer to ranking among the whole corpus, at about a second per document
-        for a 135M model on 2 CPU cores)."""
+        for a run of ``mode`` and ``objective``; ``distractors``: how many SciFact documents beside the
+        dev queries' relevant ones the dev corpus holds (default: the mode's; :func:`sizes`)."""
         if mode not in MODES:
             msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
             raise ConfigError(msg)
         if objective not in OBJECTIVES:
             msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
             raise ConfigError(msg)
-        read = sizes(mode, objective)
-        if distractors is not None:
-            if isinstance(distractors, bool) or not isinstance(distractors, int) or distractors < 0:
-                msg = f"distractors must be a whole number of documents >= 0, got {distractors!r}"
-                raise ConfigError(msg)
-            read["other_docs"] = distractors
+        read = sizes(mode, objective, distractors)
         sts_data = load_task("stsb", data_dir).load("dev", limit=read["sts_pairs"])
         assert isinstance(sts_data, PairData)
         ret = load_task("scifact", data_dir).load("dev")
