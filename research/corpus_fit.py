@@ -18,15 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from valuelens import Encoder
 from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
-from valuelens.first_use import CORPUS
+from valuelens.first_use import fit_corpus
 from valuelens.postprocess import Postprocess
+from valuelens.presets.builtin import FitRequest
 from valuelens.tuning.data import TuneData
 
 
@@ -49,7 +49,7 @@ def main() -> None:
     data = TuneData.build("quick", distractors=args.distractors)
     ret = data.retrieval
     enc = Encoder.from_pretrained(args.model, preset=args.preset)
-    bundled = enc.postprocess
+    own = enc.postprocess
     enc.postprocess = None  # raw vectors; the query side shares it (made after this line)
     start = time.perf_counter()
     saved = dict(np.load(args.vectors)) if args.vectors is not None and args.vectors.is_file() else {}
@@ -58,17 +58,18 @@ def main() -> None:
         saved["queries"] = np.asarray(enc.encode_query(list(ret.queries), show_progress=True))
         saved["docs"] = np.asarray(enc.encode(list(ret.docs), show_progress=True))
     if "package" not in saved:
-        text = (resources.files("valuelens.presets") / CORPUS).read_text(encoding="utf-8")
-        saved["package"] = np.asarray(enc.encode([t.strip() for t in text.splitlines() if t.strip()]))
+        request = FitRequest.parse("fit:center")  # no @FILE: the package's corpus, as first use reads it
+        assert request is not None
+        saved["package"] = np.asarray(enc.encode(fit_corpus(request)[0]))
     if args.vectors is not None:
         np.savez(args.vectors, **saved)
     q, d, package = saved["queries"], saved["docs"], saved["package"]
     seconds = time.perf_counter() - start
 
     rows: dict[str, float] = {"none": ndcg(q, d, data)}
-    if bundled is not None:
-        rows[f"the preset's own state ({bundled.kind}, k={bundled.k})"] = ndcg(
-            bundled.transform(q), bundled.transform(d), data
+    if own is not None:
+        rows[f"the preset's own state ({own.kind}, k={own.k})"] = ndcg(
+            own.transform(q), own.transform(d), data
         )
     fits = [("center", 1)] + [("abtt", k) for k in (1, 2, 4, 8)]
     sources = {
