@@ -22,7 +22,7 @@ queries over the full corpus and on STS-B test (no forward pass); with ``--fuse`
 preset fused with the lens at ``--weight`` (fixed on dev beforehand) and all-MiniLM-L6-v2 on STS-B test
 and on a test corpus cut as tune cuts the dev one (the test queries' relevant documents and
 ``--distractors`` others), or with ``--full`` the full corpus (2.6 hours under SmolLM2's ``best`` on 2
-cores, about 45 minutes under gemma's).
+cores; 33 minutes of forward passes under gemma's on 2026-12-05).
 
 Usage::
 
