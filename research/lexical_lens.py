@@ -234,9 +234,11 @@ def test(args: argparse.Namespace, lens: LexicalLens) -> dict:
         return out
     # The fusion on a test corpus cut as tune cuts the dev one: the test queries' relevant documents and
     # --distractors others (seeded), the lens fitted on the dev-side fit texts, the weight fixed beforehand.
-    relevant = {d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus}
-    kept = set(_sample([d for d in doc_ids if d not in relevant], args.distractors)) | relevant
-    sub_ids = doc_ids if args.full else [d for d in doc_ids if d in kept]
+    sub_ids = doc_ids
+    if not args.full:
+        relevant = {d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus}
+        kept = set(_sample([d for d in doc_ids if d not in relevant], args.distractors)) | relevant
+        sub_ids = [d for d in doc_ids if d in kept]
     sub_docs = [ret.corpus[d] for d in sub_ids]
     sts_texts = list(dict.fromkeys([*stsb.texts1, *stsb.texts2]))
     index = {t: i for i, t in enumerate(sts_texts)}
