@@ -212,7 +212,9 @@ def embed_all(
             start = 0
             for i in members:
                 count = len(encoders[i].readouts)
-                outputs[i] = encoders[i].combine(results[start : start + count])
+                encoder = encoders[i]
+                dense = encoder.combine(results[start : start + count])
+                outputs[i] = encoder.join_lexical(dense, encoder.lexical_part(items))
                 start += count
     if n_truncated and encoders:
         warnings.warn(

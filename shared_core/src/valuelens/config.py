@@ -48,9 +48,16 @@ __all__ = [
 DEFAULT_MAX_LENGTH = 512
 Combine = Literal["mean", "normalized-mean"]
 LongText = Literal["truncate", "chunk"]
-#: The fields that do not change the space documents are embedded in (how much of a long text is read,
-#: the queries' own prompt): a fitted post-processing state serves every value of them.
-STATE_FREE_FIELDS: tuple[str, ...] = ("max_length", "long_text", "query_template")
+#: The fields a fitted post-processing state does not depend on (how much of a long text is read, the
+#: queries' own prompt, the lexical part joined after the post-processing): it serves every value of them.
+STATE_FREE_FIELDS: tuple[str, ...] = (
+    "max_length",
+    "long_text",
+    "query_template",
+    "lexical",
+    "lexical_query",
+    "lexical_corpus",
+)
 
 
 def space_message(recipe: Recipe) -> str:
@@ -197,6 +204,18 @@ class EncoderConfig:
     """Last-token attention recipes (``wva``, ``aligned-wva``, ``wva-lt``): the last token attends from
     the pooled text on. The keys before it (a BOS and the prompt's head, whose values are the same for
     every text) are dropped and its attention renormalized over the text and the prompt's tail."""
+    lexical: float | None = None
+    """The weight w (0 < w < 1) of a lexical part joined after the post-processing: the text's tokens read
+    through the model's own input embeddings, tf-idf weighted, no forward pass (:mod:`valuelens.lexical`).
+    The two parts are unit length, scaled by √(1−w) and √w, so between documents cosine =
+    (1−w)·cos(model) + w·cos(lexical); ``None``: off."""
+    lexical_query: float | None = None
+    """The lexical weight of search queries (0 < q < 1; ``None``: ``lexical``'s). With a small ``lexical``
+    and a large ``lexical_query``, query–document ranking gets the lexical signal while
+    document–document similarity stays the model's (docs/lexical.md)."""
+    lexical_corpus: str | None = None
+    """Unlabeled texts the lexical part's idf is counted on (a file: one text per line, or ``.jsonl`` with
+    a ``text`` field); ``None``: the package's corpus. Fitted once per model and cached (:mod:`valuelens.first_use`)."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
@@ -283,6 +302,32 @@ class EncoderConfig:
             raise ConfigError(msg)
         if isinstance(self.postprocess, str):
             FitRequest.parse(self.postprocess)  # a malformed fit: reference fails here, before any load
+        self._check_lexical()
+
+    def _check_lexical(self) -> None:
+        """Validate the lexical part's weights and corpus."""
+        for name in ("lexical", "lexical_query"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            number = _check_number(value, name)
+            if not 0 < number < 1:
+                msg = (
+                    f"{name} must be a weight between 0 and 1 (exclusive), got {value!r}: the lexical part "
+                    "gets w and the model's part 1 - w of the cosine; None turns it off"
+                )
+                raise ConfigError(msg)
+            object.__setattr__(self, name, number)
+        if self.lexical is None:
+            for name in ("lexical_query", "lexical_corpus"):
+                if getattr(self, name) is not None:
+                    msg = f"{name} needs a lexical part: set lexical= (its weight for documents) too"
+                    raise ConfigError(msg)
+        if self.lexical_corpus is not None and (
+            not isinstance(self.lexical_corpus, str) or not self.lexical_corpus.strip()
+        ):
+            msg = f"lexical_corpus must be a path to a text file or None, got {self.lexical_corpus!r}"
+            raise ConfigError(msg)
 
     # ------------------------------------------------------------------ resolution
     def resolved(self, model_type: str, n_layers: int, hidden_size: int) -> EncoderConfig:

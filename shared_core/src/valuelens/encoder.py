@@ -35,6 +35,7 @@ from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
 from valuelens.first_use import FIT_PREFIX, fitted_state
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget
+from valuelens.lexical import LexicalLens, LexicalPart, lexical_lens
 from valuelens.loading import build_embed_filter, check_loaded, load_model, resolve_config
 from valuelens.postprocess import Postprocess, load_postprocess
 from valuelens.presets.resolution import resolve
@@ -129,6 +130,10 @@ class Encoder:
         self.postprocess: Postprocess | None = None
         self._pass_positions = "position_ids" in inspect.signature(self.parts.backbone.forward).parameters
         self._queries: Encoder | None = None
+        self.lexical: LexicalLens | None = lexical_lens(self) if self.config.lexical is not None else None
+        """The lexical part's lens (:mod:`valuelens.lexical`), ``None`` without one."""
+        self.lexical_weight: float | None = self.config.lexical
+        """This side's lexical weight (documents: ``lexical``; :meth:`for_queries`: ``lexical_query``)."""
         reference = self.config.postprocess
         if reference is not None:
             # a fit: reference is fitted by this encoder (raw, so far) on first use, then read from the cache
@@ -227,8 +232,10 @@ class Encoder:
     def dimension(self) -> int:
         """Size of the embeddings :meth:`encode` returns."""
         if self.postprocess is not None:
-            return self.postprocess.output_dim
-        return sum(readout.dimension for readout in self.readouts)
+            size = self.postprocess.output_dim
+        else:
+            size = sum(readout.dimension for readout in self.readouts)
+        return size + (self.lexical.dimension if self.lexical is not None else 0)
 
     def current_parts(self) -> ModelParts:
         """The model's parts, located again only if an adapter (e.g. LoRA) replaced modules in place."""
@@ -358,21 +365,39 @@ class Encoder:
         parts = self.parts
         return [r.finish(v, parts) for r, v in zip(readouts, session.layer_vectors(), strict=True)]
 
-    def finish(self, layer_vectors: Sequence[Sequence[Tensor]]) -> Tensor:
+    def finish(self, layer_vectors: Sequence[Sequence[Tensor]], lexical: LexicalPart | None = None) -> Tensor:
         """The embedding from a capture of this encoder's readouts (``session.layer_vectors()``):
-        each readout's recipe steps, then :meth:`combine`. Usage: see :meth:`capture`."""
+        each readout's recipe steps, then :meth:`combine`, then the texts' ``lexical`` part
+        (:meth:`lexical_part`) when the spec has one. Usage: see :meth:`capture`."""
         parts = self.current_parts()
-        return self.combine(
+        emb = self.combine(
             [r.finish(list(v), parts) for r, v in zip(self.readouts, layer_vectors, strict=True)]
         )
+        return self.join_lexical(emb, lexical)
 
     def combine(self, vectors: Sequence[Tensor]) -> Tensor:
-        """The embedding from one ``[n, dim]`` tensor per readout (:attr:`readouts`): the fusion parts
-        concatenated (:func:`valuelens.readout.fuse`), then the fitted post-processing."""
+        """The model's part of the embedding from one ``[n, dim]`` tensor per readout (:attr:`readouts`):
+        the fusion parts concatenated (:func:`valuelens.readout.fuse`), then the fitted post-processing."""
         emb = fuse(vectors, self.weights)
         if self.postprocess is not None:
             emb = self.postprocess.transform(emb)
         return emb
+
+    def lexical_part(self, texts: Sequence[str]) -> LexicalPart | None:
+        """The lexical vectors of ``texts`` (read whole, without the prompt) at this side's weight;
+        ``None`` when the spec has no lexical part."""
+        if self.lexical is None or self.lexical_weight is None:
+            return None
+        return LexicalPart(self.lexical.encode(texts), self.lexical_weight)
+
+    def join_lexical(self, dense: Tensor, lexical: LexicalPart | None) -> Tensor:
+        """``dense`` (from :meth:`combine`) with the texts' lexical part after it, as the spec asks."""
+        if self.lexical is None:
+            return dense
+        if lexical is None:
+            msg = "this encoder's spec has a lexical part: pass the texts' lexical_part(texts) to join"
+            raise ConfigError(msg)
+        return lexical.join(dense)
 
     def encode(
         self,
@@ -414,12 +439,16 @@ class Encoder:
     def for_queries(self) -> Encoder:
         """The encoder search queries go through: this one, or (when the spec has a ``query_template``) a
         copy that reads them under that template, sharing the model, readouts, fusion and post-processing,
-        so queries and documents land in one space."""
-        if self.config.query_template is None:
+        so queries and documents land in one space; ``lexical_query`` sets the queries' lexical weight."""
+        config = self.config
+        if config.query_template is None and config.lexical_query is None:
             return self
         if self._queries is None:
             twin = copy.copy(self)
-            twin.prompt = resolve_prompt(self.config.query_template)
+            if config.query_template is not None:
+                twin.prompt = resolve_prompt(config.query_template)
+            if config.lexical_query is not None:
+                twin.lexical_weight = config.lexical_query
             self._queries = twin
         return self._queries
 

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ __all__ = [
     "FIT_PREFIX",
     "FitRequest",
     "cache_folder",
+    "corpus_texts",
+    "fingerprint",
     "fit_corpus",
     "fitted_state",
 ]
@@ -60,17 +63,23 @@ CORPUS = "fit_corpus.txt"
 
 
 def fit_corpus(request: FitRequest) -> tuple[list[str], str]:
-    """The texts ``request`` fits on and a name for them (the file's, with a digest of its contents, so
-    the cache key changes when the texts do: a user's edited file, or another release's corpus)."""
-    if request.corpus is None:
+    """The texts ``request`` fits on and a name for them (:func:`corpus_texts`)."""
+    return corpus_texts(request.corpus, option=f"postprocess='{FIT_PREFIX}...@FILE': FILE")
+
+
+def corpus_texts(file: Path | None, *, option: str) -> tuple[list[str], str]:
+    """The unlabeled texts of ``file`` (``None``: the package's :data:`CORPUS`) and a name for them (the
+    file's, with a digest of its contents, so a cache key changes when the texts do: a user's edited
+    file, or another release's corpus); ``option`` names where the path came from in an error."""
+    if file is None:
         text = (resources.files("valuelens.presets") / CORPUS).read_text(encoding="utf-8")
         texts = [line.strip() for line in text.splitlines() if line.strip()]
         name = f"valuelens {CORPUS}"
     else:
         from valuelens.tuning.data import read_corpus  # above the encoder: read when a file is named
 
-        texts = read_corpus(request.corpus, None, option=f"postprocess='{FIT_PREFIX}...@FILE': FILE")
-        name = request.corpus.name
+        texts = read_corpus(file, None, option=option)
+        name = file.name
     digest = hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()[:12]
     return texts, f"{name} ({len(texts)} texts, sha256 {digest})"
 
@@ -83,18 +92,20 @@ def cache_folder() -> Path:
     return Path(platformdirs.user_cache_dir("valuelens")) / "fitted"
 
 
-def _fingerprint(encoder: Encoder, source: str) -> str:
+def fingerprint(encoder: Encoder, source: str, spec: Mapping[str, Any] | None = None) -> str:
     """A digest of the model (its config and the first values of every weight it loaded), the spec (the
-    fields that change the raw vectors) and the corpus: one cached state per distinct combination. A
-    fine-tuned checkpoint saved over the same path changes some weight, so it gets its own state."""
+    fields that change the raw vectors; or ``spec``, what else the state depends on) and the corpus: one
+    cached state per distinct combination. A fine-tuned checkpoint saved over the same path changes
+    some weight, so it gets its own state."""
     config: Any = getattr(encoder.model, "config", None)
     model_config: dict[str, Any] = dict(config.to_dict()) if hasattr(config, "to_dict") else {}
     model_config.pop("_name_or_path", None)
-    spec = {
-        key: value
-        for key, value in encoder.config.to_dict().items()
-        if key not in STATE_FREE_FIELDS and key != "postprocess"
-    }
+    if spec is None:
+        spec = {
+            key: value
+            for key, value in encoder.config.to_dict().items()
+            if key not in STATE_FREE_FIELDS and key != "postprocess"
+        }
     digest = hashlib.sha256()
     digest.update(json.dumps([model_config, spec, source], sort_keys=True, default=str).encode())
     with torch.no_grad():
@@ -113,7 +124,7 @@ def fitted_state(encoder: Encoder, reference: str) -> Postprocess:
         msg = f"{reference!r} is not a first-use reference (fit:KIND[:K][@FILE])"
         raise ConfigError(msg)
     texts, source = fit_corpus(request)
-    file = cache_folder() / f"{_fingerprint(encoder, source)}.safetensors"
+    file = cache_folder() / f"{fingerprint(encoder, source)}.safetensors"
     if file.is_file():
         try:
             return load_postprocess(str(file), encoder.config)

@@ -12,6 +12,7 @@ line (``valuelens fit``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,9 @@ def fit_texts(
             "encoder built without one"
         )
         raise ConfigError(msg)
+    if getattr(encoder, "lexical", None) is not None:  # the lexical part is joined after the post-processing
+        encoder = copy.copy(encoder)
+        encoder.lexical = None
     items, _ = check_texts(texts, allow_single=False)
     d = encoder.dimension
     check_settings(kind, k, dim, eps, d)

@@ -168,6 +168,9 @@ class EncoderSettings(BaseModel):
     fusion: list[dict[str, Any]] = _pydantic_field("fusion")
     postprocess: str | None = _pydantic_field("postprocess")
     drop_prefix: bool = _pydantic_field("drop_prefix")
+    lexical: float | None = _pydantic_field("lexical")
+    lexical_query: float | None = _pydantic_field("lexical_query")
+    lexical_corpus: str | None = _pydantic_field("lexical_corpus")
     preset: str | None = Field(
         default=None,
         frozen=True,

@@ -45,7 +45,7 @@ from valuelens.presets import BUILTIN_PREFIX
 from valuelens.presets.resolution import check_preset_name, resolve
 from valuelens.prompts import resolve_prompt
 from valuelens_sentence_transformers.precision import default_cast
-from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, ValueTransformer
+from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, LEXICAL_KEY, ValueTransformer
 
 __all__ = ["ValuePooling"]
 
@@ -80,7 +80,8 @@ class ValuePooling(Module):
     ``combine``, ``final_norm``, Token Prepending (``prepend_layers``), Contrastive Prompting
     (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess``,
     ``drop_prefix`` (the last token's attention without the prompt's head) and ``long_text`` (only
-    ``"truncate"`` here: ``"chunk"`` needs :class:`valuelens.Encoder` or the LangChain / LlamaIndex adapters).
+    ``"truncate"`` here: ``"chunk"`` needs :class:`valuelens.Encoder` or the LangChain / LlamaIndex adapters),
+    ``query_template`` and the lexical part (``lexical``, ``lexical_query``, ``lexical_corpus``).
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
     the model is known; the fields passed override it (by key: ``drop_prefix=False`` or
     ``postprocess=None`` too), and a preset's ``drop_prefix`` or fitted state that they invalidate is
@@ -115,6 +116,9 @@ class ValuePooling(Module):
         drop_prefix: bool = False,
         long_text: str = "truncate",
         query_template: str | None = None,
+        lexical: float | None = None,
+        lexical_query: float | None = None,
+        lexical_corpus: str | None = None,
         *,
         preset: str | None = None,
         _given: frozenset[str] = frozenset(),
@@ -138,6 +142,9 @@ class ValuePooling(Module):
             "drop_prefix": drop_prefix,
             "long_text": long_text,
             "query_template": query_template,
+            "lexical": lexical,
+            "lexical_query": lexical_query,
+            "lexical_corpus": lexical_corpus,
         }
         self.encoder_config = EncoderConfig.from_dict(given)
         # with a preset, the fields passed (by key, whatever their values) override it once the model
@@ -254,7 +261,7 @@ class ValuePooling(Module):
                 "(SentenceTransformer(modules=[Transformer(path), ValuePooling(...)]))"
             )
             raise RuntimeError(msg)
-        embedding = self.encoder.finish(vectors)
+        embedding = self.encoder.finish(vectors, features.pop(LEXICAL_KEY, None))
         reference = features.get("token_embeddings")
         if isinstance(reference, torch.Tensor) and reference.is_floating_point():
             embedding = embedding.to(reference.dtype)

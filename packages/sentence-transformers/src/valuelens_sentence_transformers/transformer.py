@@ -16,7 +16,8 @@ It is the input module of a valuelens model and talks to :class:`ValuePooling` o
 - :meth:`forward` runs the host ``Transformer.forward`` inside the core's capture of that batch
   (:meth:`valuelens.Encoder.capture`: hooks reduce each selected layer to per-text vectors and apply
   the forward edits; removed in ``finally``) and adds the vectors under ``"valuelens_layer_vectors"``;
-  :class:`ValuePooling` turns them into ``sentence_embedding`` (:meth:`valuelens.Encoder.finish`).
+  :class:`ValuePooling` turns them into ``sentence_embedding`` (:meth:`valuelens.Encoder.finish`),
+  joining the texts' lexical part that :meth:`preprocess` read when the spec has one.
 """
 
 from __future__ import annotations
@@ -33,13 +34,16 @@ from valuelens.config import DEFAULT_MAX_LENGTH
 from valuelens.inputs import check_texts
 from valuelens_sentence_transformers.precision import asks_dtype
 
-__all__ = ["BATCH_KEY", "LAYER_VECTORS_KEY", "ValueTransformer"]
+__all__ = ["BATCH_KEY", "LAYER_VECTORS_KEY", "LEXICAL_KEY", "ValueTransformer"]
 
 #: ``features`` key of the core's tokenized batch (a ``valuelens.tokenization.Batch``: pooled spans and
 #: whatever the spec's forward edits need), read by the core's capture.
 BATCH_KEY = "valuelens_batch"
 #: ``features`` key of the captured per-layer vectors (per readout of the encoder, a list of ``[B, F]`` tensors).
 LAYER_VECTORS_KEY = "valuelens_layer_vectors"
+#: ``features`` key of the texts' lexical part (a ``valuelens.lexical.LexicalPart``, read from the texts
+#: as given, at the side's weight), present when the spec has one; :class:`ValuePooling` joins it.
+LEXICAL_KEY = "valuelens_lexical"
 
 
 class ValueTransformer(Transformer):
@@ -106,6 +110,7 @@ class ValueTransformer(Transformer):
             check_texts(text, name=f"inputs[{i}]")  # ValueError for a surrogate code point
         if not texts:
             return {}
+        lexical = encoder.lexical_part(texts)  # the texts as given: no sentence-transformers prompt
         if prompt:
             texts = [prompt + text for text in texts]
         override = ((processing_kwargs or {}).get("text") or {}).get("max_length")
@@ -114,6 +119,8 @@ class ValueTransformer(Transformer):
         features = encoder.model_inputs(batch, batch.input_ids.device)
         del features["use_cache"]
         features[BATCH_KEY] = batch
+        if lexical is not None:
+            features[LEXICAL_KEY] = lexical
         features["modality"] = "text"
         return features
 
