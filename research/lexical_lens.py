@@ -120,7 +120,8 @@ def preset_vectors(
 ) -> tuple[dict[str, np.ndarray], float]:
     """The preset's unit vectors of each set (queries under its query side), raw ones kept in
     ``--vectors`` and its own post-processing applied after; and the seconds embedding took in this run."""
-    enc = Encoder.from_pretrained(args.model, preset=args.preset)
+    # the model's part alone (a preset with a lexical part of its own has it left out here)
+    enc = Encoder.from_pretrained(args.model, preset=args.preset, lexical=None, lexical_query=None)
     own = enc.postprocess
     enc.postprocess = None  # raw vectors in the file; the query side shares it (made after this line)
     saved = dict(np.load(args.vectors)) if args.vectors and args.vectors.is_file() else {}

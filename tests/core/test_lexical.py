@@ -214,3 +214,26 @@ def test_the_adapters_embed_both_sides_with_the_lexical_part(tiny_checkpoint, tm
     model.save(str(tmp_path / "st"))
     reloaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
     np.testing.assert_allclose(reloaded.encode_query(QUERIES), reference.encode_query(QUERIES), atol=1e-5)
+
+
+def test_a_saved_sentence_transformers_model_carries_its_lexical_state(tiny_checkpoint, tmp_path):
+    """The idf and whitening travel with the saved model: it embeds the same after the corpus is gone."""
+    from sentence_transformers.base.modules import Transformer
+
+    from sentence_transformers import SentenceTransformer
+    from valuelens_sentence_transformers import ValuePooling
+
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("\n".join(f"the dog number {i} runs in the park" for i in range(12)), encoding="utf-8")
+    fields = {**FIELDS, "lexical": 0.3, "lexical_corpus": str(corpus)}
+    model = SentenceTransformer(modules=[Transformer(tiny_checkpoint), ValuePooling(**fields)], device="cpu")
+    expected = model.encode(CORPUS)
+    model.save(str(tmp_path / "st"))
+    corpus.unlink()
+    assert (tmp_path / "st" / "1_ValuePooling" / "lexical.safetensors").is_file()
+    assert model[1].lexical_corpus == str(corpus)  # the live module keeps its spec
+    reloaded = SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
+    np.testing.assert_allclose(reloaded.encode(CORPUS), expected, atol=1e-5)
+    (tmp_path / "st" / "1_ValuePooling" / "lexical.safetensors").unlink()
+    with pytest.raises(ConfigError, match=r"names .lexical\.safetensors. but the file is missing"):
+        SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)

@@ -51,7 +51,7 @@ def test_tune_writes_a_folder_whose_spec_reproduces_its_dev_scores(
     rows = [json.loads(line) for line in (tuned_folder / "candidates.jsonl").read_text().splitlines()]
     objectives = [row["objective"] for row in rows]
     assert objectives == sorted(objectives, reverse=True) and len(rows) > 50
-    assert {"band", "embed_filter", "fusion", "postprocess"} <= {row["stage"] for row in rows}
+    assert {"band", "embed_filter", "fusion", "postprocess", "lexical"} <= {row["stage"] for row in rows}
     assert rows[0]["objective"] == pytest.approx(folder.info["dev"]["objective"], abs=0.01)
     assert folder.info["check_min_cosine"] > 0.99
     # the folder's spec, loaded as a preset by the real encoder, scores what the search said on dev
@@ -89,6 +89,38 @@ def test_the_search_computes_a_candidate_as_the_encoder_does(tiny_checkpoint, ti
     real = post.transform(encoder.encode(list(data.sts.texts)))
     cos = (real * searched).sum(1) / np.linalg.norm(real, axis=1) / np.linalg.norm(searched, axis=1)
     assert cos.min() > 0.999
+
+
+def test_the_search_joins_a_lexical_part_as_the_encoder_does(tiny_checkpoint, tiny_data_dir, tmp_path):
+    """A candidate with a lexical part at its document and query weights, after its fitted centering."""
+    from valuelens.lexical import lexical_lens
+
+    tune(tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, keep_cache=True, show_progress=False)
+    data = TuneData.build("quick", data_dir=tiny_data_dir)
+    cache = LayerCache.open(
+        tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
+    )
+    probe = Encoder.from_pretrained(tiny_checkpoint, recipe="va")
+    scorer = Scorer(cache, data, lexical=lexical_lens(probe))
+    prompt = PresetFolder.read(tmp_path / "t").spec["prompt"]
+    family = {f.name: f for f in FAMILIES}
+    candidate = Candidate(prompt, Part(family["va"], 1, 3), post="center", lexical=0.1, lexical_query=0.9)
+    post = scorer.fit_post(candidate)
+    assert post is not None
+    post.save(tmp_path / "state.safetensors")
+    fields = {**candidate.fields(), "postprocess": str(tmp_path / "state.safetensors")}
+    encoder = Encoder.from_pretrained(tiny_checkpoint, EncoderConfig.from_dict(fields))
+    for set_name, texts, encode in (
+        ("sts", data.sts.texts, encoder.encode),
+        ("queries", data.retrieval.queries, encoder.encode_query),
+    ):
+        searched = scorer.vectors(candidate, set_name, post)
+        real = np.asarray(encode(list(texts)))
+        assert real.shape == searched.shape
+        assert (real * searched).sum(1).min() > 0.999  # both unit length; the cache stores half floats
+        lexical = encoder.lexical.dimension  # type: ignore[union-attr]
+        np.testing.assert_allclose(real[:, -lexical:], searched[:, -lexical:], atol=1e-5)
+    assert "+lex0.1/0.9" in candidate.label()
 
 
 def test_a_second_run_reuses_the_cache_and_a_stale_one_is_cleared(

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from server.serving import API_KEY, get, post, spec_args, start
+from server.serving import API_KEY, SPEC, get, post, spec_args, start
 from tiny_models import CORPUS
 
 MAX_INPUTS = 64
@@ -229,8 +229,7 @@ def test_health_ready_models_and_unknown_routes(server):
 
 
 def test_a_tuned_preset_folder_is_served(tiny_checkpoint, tuned_folder, tmp_path):
-    """``valuelens serve --preset DIR``: the folder's spec, queries and documents alike (the OpenAI API
-    has no query side)."""
+    """``valuelens serve --preset DIR``: the folder's spec (inputs without ``input_type`` are documents)."""
     from valuelens import Encoder
 
     server = start(
@@ -244,3 +243,40 @@ def test_a_tuned_preset_folder_is_served(tiny_checkpoint, tuned_folder, tmp_path
     served = np.array([row["embedding"] for row in body["data"]])
     reference = Encoder.from_pretrained(tiny_checkpoint, preset=str(tuned_folder))
     np.testing.assert_allclose(served, reference.encode(CORPUS[:3], normalize=True), atol=1e-5)
+
+
+def test_input_type_query_embeds_under_the_specs_query_side(tiny_dir, tmp_path):
+    """``input_type="query"`` (``extra_body`` of the OpenAI client) takes the spec's query side: here its
+    own prompt and lexical weight; documents (no input_type) keep theirs, in one space."""
+    from valuelens import Encoder
+
+    fields = {
+        **SPEC,
+        "prompt": "prompteol",
+        "query_template": 'Find the passage for this query: "{text}" in one word:"',
+        "lexical": 0.1,
+        "lexical_query": 0.9,
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(fields), encoding="utf-8")
+    reference = Encoder.from_pretrained(str(tiny_dir), **fields)
+    server = start(
+        ["--model", str(tiny_dir), "--config", str(tmp_path / "spec.json"), "--served-name", "m"], tmp_path
+    )
+    try:
+        openai = pytest.importorskip("openai")
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        queries = client.embeddings.create(model="m", input=TEXTS[:3], extra_body={"input_type": "query"})
+        docs = client.embeddings.create(model="m", input=TEXTS[:3])
+        passages = client.embeddings.create(model="m", input=TEXTS[:3], extra_body={"input_type": "passage"})
+        status, body, _ = post(
+            server.url + "/v1/embeddings", {"input": "a", "model": "m", "input_type": "qry"}
+        )
+    finally:
+        server.stop()
+    got_q = np.array([d.embedding for d in queries.data])
+    got_d = np.array([d.embedding for d in docs.data])
+    np.testing.assert_allclose(got_q, reference.encode_query(TEXTS[:3], normalize=True), atol=1e-5)
+    np.testing.assert_allclose(got_d, reference.encode(TEXTS[:3], normalize=True), atol=1e-5)
+    np.testing.assert_allclose(np.array([d.embedding for d in passages.data]), got_d, atol=1e-6)
+    assert not np.allclose(got_q, got_d, atol=1e-3)
+    _assert_error(status, body, 400, "input_type must be one of", "'query'")

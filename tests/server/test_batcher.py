@@ -186,3 +186,27 @@ def test_limits_are_checked():
         Limits(max_queue=0)
     with pytest.raises(ValueError, match="request_timeout"):
         Limits(request_timeout=0)
+
+
+def test_a_batch_holds_one_side_and_goes_to_its_encoder():
+    calls: list[tuple[str, list[str]]] = []
+
+    def encoder(side):
+        def encode(texts):
+            calls.append((side, list(texts)))
+            return np.full((len(texts), 2), 1.0 if side == "query" else 0.0, dtype=np.float32)
+
+        return encode
+
+    batcher = Batcher(encoder("document"), Limits(max_wait_ms=50), encode_query=encoder("query"))
+    batcher.start()
+    try:
+        docs = batcher.submit(["d0", "d1"], [1, 1])
+        queries = batcher.submit(["q0"], [1], "query")
+        more = batcher.submit(["d2"], [1], "document")
+        assert (docs.future.result(10) == 0).all() and (more.future.result(10) == 0).all()
+        assert (queries.future.result(10) == 1).all()
+    finally:
+        batcher.close(10)
+    assert all(all(t[0] == side[0] for t in texts) for side, texts in calls), calls
+    assert sorted(t for _, texts in calls for t in texts) == ["d0", "d1", "d2", "q0"]

@@ -215,7 +215,8 @@ class EncoderConfig:
     document–document similarity stays the model's (docs/lexical.md)."""
     lexical_corpus: str | None = None
     """Unlabeled texts the lexical part's idf is counted on (a file: one text per line, or ``.jsonl`` with
-    a ``text`` field); ``None``: the package's corpus. Fitted once per model and cached (:mod:`valuelens.first_use`)."""
+    a ``text`` field), or a saved lexical state (``.safetensors``, what a saved sentence-transformers model
+    carries); ``None``: the package's corpus. Fitted once per model and cached (:mod:`valuelens.first_use`)."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)

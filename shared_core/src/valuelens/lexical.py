@@ -56,6 +56,8 @@ MAX_TOKENS = 8192
 #: Bump when the state's layout or formulas change: cached states of other versions are fitted again.
 STATE_VERSION = 1
 _ROWS_PER_STEP = 16384
+#: ``lexical_corpus`` names a saved :class:`LexicalState` rather than texts when it ends so.
+STATE_SUFFIX = ".safetensors"
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ class LexicalLens:
             raise ConfigError(msg)
         self.embeddings = embeddings
         self.tokenizer = tokenizer
+        self.state = state
         device = embeddings.device
         self.mean = state.mean.to(device)
         self.whitening = state.whitening.to(device)
@@ -190,6 +193,8 @@ def lexical_lens(encoder: Encoder) -> LexicalLens:
     backbone: Any = encoder.parts.backbone  # a transformers PreTrainedModel
     embeddings = backbone.get_input_embeddings().weight
     corpus = encoder.config.lexical_corpus
+    if corpus is not None and corpus.endswith(STATE_SUFFIX):  # a saved state (a sentence-transformers save)
+        return LexicalLens(embeddings, encoder.tokenizer, LexicalState.load(Path(corpus).expanduser()))
     texts, source = corpus_texts(
         None if corpus is None else Path(corpus).expanduser(), option="lexical_corpus"
     )

@@ -51,6 +51,7 @@ __all__ = ["ValuePooling"]
 
 WEIGHTS_NAME = "model.safetensors"
 POSTPROCESS_NAME = "postprocess.safetensors"
+LEXICAL_NAME = "lexical.safetensors"
 
 
 def _records_given(init: Callable[..., None]) -> Callable[..., None]:
@@ -289,7 +290,11 @@ class ValuePooling(Module):
         if reference is not None and not reference.startswith(BUILTIN_PREFIX):
             # the fitted state travels with the module: saved next to the config, named relatively
             self.encoder.postprocess.save(os.path.join(output_path, POSTPROCESS_NAME))  # type: ignore[union-attr]
-            self.encoder_config = config.replace(postprocess=POSTPROCESS_NAME)
+            self.encoder_config = self.encoder_config.replace(postprocess=POSTPROCESS_NAME)
+        lexical = self._encoder.lexical if self._encoder is not None else None
+        if lexical is not None:  # its idf and whitening travel too: the saved model embeds the same anywhere
+            lexical.state.save(os.path.join(output_path, LEXICAL_NAME))
+            self.encoder_config = self.encoder_config.replace(lexical_corpus=LEXICAL_NAME)
         try:
             self.save_config(output_path)
         finally:
@@ -328,6 +333,14 @@ class ValuePooling(Module):
                 msg = f"the saved ValuePooling names {POSTPROCESS_NAME!r} but the file is missing"
                 raise ConfigError(msg)
             saved["postprocess"] = str(state)
+        if saved.get("lexical_corpus") == LEXICAL_NAME:
+            lexical = cls.load_file_path(
+                model_name_or_path, filename=LEXICAL_NAME, subfolder=subfolder, **hub_kwargs
+            )
+            if lexical is None:
+                msg = f"the saved ValuePooling names {LEXICAL_NAME!r} but the file is missing"
+                raise ConfigError(msg)
+            saved["lexical_corpus"] = str(lexical)
         preset = saved.pop("preset", None)  # saved with an unresolved preset: the fields are those passed
         fields = EncoderConfig.from_dict(saved).to_dict()  # data only: unknown keys are refused
         module = cls(**{name: fields[name] for name in saved}, preset=preset)

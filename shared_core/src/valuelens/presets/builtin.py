@@ -48,6 +48,9 @@ RETIRED_STATES = (
     "smollm2-135m-sts-v2",  # round 6 sts, replaced by valuelens tune --objective sts
     "gemma3-270m-sts",  # round 4 sts, replaced by valuelens tune --objective sts
     "qwen2.5-coder-0.5b-sts-v2",  # round 7 sts, replaced by valuelens tune --objective sts
+    "smollm2-135m-best-v5",  # the tuned best before tune's lexical stage
+    "gemma3-270m-best-v3",  # the tuned best before tune's lexical stage
+    "qwen2.5-coder-0.5b-best",  # the tuned best before tune's lexical stage
 )
 
 

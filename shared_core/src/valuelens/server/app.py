@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from valuelens.server.batcher import Batcher, QueueFull
+from valuelens.server.batcher import Batcher, QueueFull, Side
 from valuelens.server.errors import APIError
 from valuelens.server.limits import Limits
 from valuelens.server.metrics import CONTENT_TYPE, Metrics
@@ -85,16 +85,27 @@ class State:
         self._tokenizer_lock = threading.Lock()
         self.ready = False
 
-        def encode(texts: list[str]) -> np.ndarray:
-            out = encoder.encode(
-                texts,
-                batch_size=max(len(texts), 1),
-                normalize=normalize,
-                max_tokens_per_batch=limits.max_batch_tokens,
-            )
-            return np.asarray(out, dtype=np.float32)
+        def embedder(method: Callable[..., Any]) -> Callable[[list[str]], np.ndarray]:
+            def encode(texts: list[str]) -> np.ndarray:
+                out = method(
+                    texts,
+                    batch_size=max(len(texts), 1),
+                    normalize=normalize,
+                    max_tokens_per_batch=limits.max_batch_tokens,
+                )
+                return np.asarray(out, dtype=np.float32)
 
-        self.batcher = Batcher(encode, limits, self.metrics)
+            return encode
+
+        queries = getattr(
+            encoder, "encode_query", None
+        )  # the spec's query side (query_template, lexical_query)
+        self.batcher = Batcher(
+            embedder(encoder.encode),
+            limits,
+            self.metrics,
+            encode_query=embedder(queries) if queries is not None else None,
+        )
 
     # ------------------------------------------------------------------ tokens
     def token_ids(self, texts: list[str]) -> list[list[int]]:
@@ -219,6 +230,7 @@ class State:
         if dimensions is not None and (not _is_int(dimensions) or dimensions != self.dimension):
             msg = f"dimensions={dimensions!r} is not supported: this model's embeddings have {self.dimension} dimensions"
             raise APIError(400, msg, param="dimensions", code="invalid_dimensions")
+        side = _input_type(payload.get("input_type"))
         texts, arrays = self.parse_input(payload["input"])
         if arrays is not None:
             texts = self.texts_from_ids(arrays)
@@ -228,7 +240,7 @@ class State:
         if truncated:
             self.metrics.truncated.inc(truncated)
         try:
-            job = self.batcher.submit(prepared, counts)
+            job = self.batcher.submit(prepared, counts, side)
         except QueueFull as exc:
             raise APIError(
                 503,
@@ -283,6 +295,29 @@ class State:
             )
             return
         self.ready = True
+
+
+#: ``input_type`` values (other embedding APIs' spellings included) and the side each embeds.
+INPUT_TYPES: dict[str, Side] = {
+    "query": "query",
+    "search_query": "query",
+    "document": "document",
+    "passage": "document",
+    "search_document": "document",
+}
+
+
+def _input_type(value: Any) -> Side:
+    """The side a request's ``input_type`` asks for (absent: documents)."""
+    if value is None:
+        return "document"
+    if not isinstance(value, str) or value not in INPUT_TYPES:
+        msg = (
+            f"input_type must be one of {', '.join(map(repr, INPUT_TYPES))} (search queries or the texts "
+            f"searched), got {value!r}"
+        )
+        raise APIError(400, msg, param="input_type", code="invalid_input_type")
+    return INPUT_TYPES[value]
 
 
 def _is_int(value: Any) -> bool:

@@ -6,6 +6,8 @@ slice (at most ``slice_size`` texts) per job and turn, up to ``max_batch_tokens`
 request does not starve small ones. It calls ``encode`` on the packed texts off the event loop and
 scatters the rows back to each job; a job's future resolves once all its rows are in. With
 ``Limits(batching=False)`` (``--no-batching``) a batch holds one job's texts only and nothing waits.
+A job is a query job or a document job (the request's ``input_type``); a batch holds one side only and
+goes to ``encode_query`` or ``encode``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import Literal
 
 import numpy as np
 
 from valuelens.server.limits import Limits
 from valuelens.server.metrics import Metrics
 
-__all__ = ["Batcher", "Job", "QueueFull"]
+__all__ = ["SIDES", "Batcher", "Job", "QueueFull", "Side"]
+
+Side = Literal["query", "document"]
+SIDES: tuple[Side, ...] = ("query", "document")
 
 
 class QueueFull(Exception):
@@ -29,10 +35,12 @@ class QueueFull(Exception):
 
 
 class Job:
-    """One request's texts, its rows as they arrive and its future (``[n, dim]`` float32)."""
+    """One request's texts (search queries or documents), its rows as they arrive and its future
+    (``[n, dim]`` float32)."""
 
-    def __init__(self, texts: Sequence[str], tokens: Sequence[int]) -> None:
+    def __init__(self, texts: Sequence[str], tokens: Sequence[int], side: Side = "document") -> None:
         self.texts = list(texts)
+        self.side: Side = side
         self.tokens = list(tokens)
         self.future: Future[np.ndarray] = Future()
         self.next = 0  # the first text not yet packed
@@ -48,12 +56,19 @@ class Job:
 
 
 class Batcher:
-    """Runs ``encode(texts) -> [n, dim]`` on one worker thread for every submitted job."""
+    """Runs ``encode(texts) -> [n, dim]`` (``encode_query`` for query jobs, when given) on one worker
+    thread for every submitted job."""
 
     def __init__(
-        self, encode: Callable[[list[str]], np.ndarray], limits: Limits, metrics: Metrics | None = None
+        self,
+        encode: Callable[[list[str]], np.ndarray],
+        limits: Limits,
+        metrics: Metrics | None = None,
+        *,
+        encode_query: Callable[[list[str]], np.ndarray] | None = None,
     ) -> None:
         self.encode = encode
+        self.encode_query = encode_query
         self.limits = limits
         self.metrics = metrics
         self._jobs: collections.deque[Job] = collections.deque()
@@ -66,9 +81,9 @@ class Batcher:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, texts: Sequence[str], tokens: Sequence[int]) -> Job:
+    def submit(self, texts: Sequence[str], tokens: Sequence[int], side: Side = "document") -> Job:
         """Queue a job; raises :class:`QueueFull` (or ``RuntimeError`` once closing)."""
-        job = Job(texts, tokens)
+        job = Job(texts, tokens, side)
         with self._lock:
             if self._closing:
                 msg = "the server is shutting down"
@@ -117,16 +132,20 @@ class Batcher:
             job.future.set_result(rows)
 
     def _pack(self) -> list[tuple[Job, int, int]]:
-        """Round-robin slices ``(job, start, stop)`` up to the token budget (the lock is held)."""
+        """Round-robin slices ``(job, start, stop)`` of the oldest job's side up to the token budget (the
+        lock is held)."""
         budget = self.limits.max_batch_tokens
         used = 0
         taken: list[tuple[Job, int, int]] = []
         for job in [j for j in self._jobs if j.abandoned]:
             self._jobs.remove(job)
             self._finish(job)
+        side = self._jobs[0].side if self._jobs else None
         while self._jobs:
             progressed = False
             for job in list(self._jobs):
+                if job.side != side:
+                    continue
                 start = stop = job.next
                 limit = min(len(job.texts), start + self.limits.slice_size)
                 while stop < limit and (used + job.tokens[stop] <= budget or used == 0):
@@ -165,9 +184,11 @@ class Batcher:
 
     def _encode(self, taken: list[tuple[Job, int, int]]) -> None:
         texts = [t for job, start, stop in taken for t in job.texts[start:stop]]
+        query = taken[0][0].side == "query"
+        encode = self.encode_query if query and self.encode_query is not None else self.encode
         began = time.perf_counter()
         try:
-            rows = np.asarray(self.encode(texts), dtype=np.float32)
+            rows = np.asarray(encode(texts), dtype=np.float32)
         except Exception as exc:  # every job of the batch gets the error
             with self._lock:
                 for job in {id(job): job for job, _, _ in taken}.values():

@@ -8,7 +8,8 @@ Usage::
 
 One forward pass per dev text and prompt captures every candidate readout at every layer
 (:mod:`~valuelens.tuning.cache`); everything else — recipe family, layer band, prompt, ``drop_prefix``,
-EmbedFilter, a fusion of two readouts with its weight, post-processing fitted on unlabeled text — is
+EmbedFilter, a fusion of two readouts with its weight, post-processing fitted on unlabeled text, a
+query side, a lexical part read from the input embeddings with its document and query weights — is
 scored offline from that cache (:mod:`~valuelens.tuning.search`) on STS-B dev and SciFact's dev split
 (:mod:`~valuelens.tuning.data`). The winner is checked against the real encoder, then written as
 ``DIR/preset.json`` (:mod:`valuelens.presets.folder`), ``DIR/state.safetensors`` (its fitted
@@ -39,6 +40,7 @@ from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
+from valuelens.lexical import lexical_lens
 from valuelens.loading import load_model
 from valuelens.presets.folder import PresetFolder
 from valuelens.presets.resolution import resolve
@@ -100,6 +102,7 @@ def tune(
     batch_size: int = 32,
     cache: str | os.PathLike[str] | None = None,
     keep_cache: bool = False,
+    lexical: bool = True,
     show_progress: bool = True,
 ) -> TuneResult:
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
@@ -108,8 +111,8 @@ def tune(
     encoder, as rows of the report. ``distractors``: SciFact documents beside the dev queries' relevant
     ones in the dev corpus (default: the mode's, :func:`~valuelens.tuning.data.sizes`). ``cache``:
     where the layer cache lives (default ``output/cache``, removed after the run unless ``keep_cache``;
-    a folder given here is always kept). Raises :class:`ConfigError` for a bad option before any model
-    loads.
+    a folder given here is always kept). ``lexical``: try a lexical part (idf on the package's corpus) on
+    the finalists. Raises :class:`ConfigError` for a bad option before any model loads.
     """
     out = Path(output)
     if out.exists() and not out.is_dir():
@@ -161,7 +164,8 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    scorer = Scorer(layers, data, objective=objective, embed_filters=filters)
+    lens = lexical_lens(probe) if lexical else None  # the package's corpus: the preset refits it at load
+    scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lens)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
         total=n_groups, desc="valuelens tune: scoring", unit="family", disable=not show_progress

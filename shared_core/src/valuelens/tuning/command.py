@@ -81,12 +81,19 @@ def tune_command(
     keep_cache: Annotated[
         bool, typer.Option("--keep-cache", help="Keep OUT/cache (the per-layer vectors) after the run.")
     ] = False,
+    lexical: Annotated[
+        bool,
+        typer.Option(
+            "--lexical/--no-lexical",
+            help="Try a lexical part (the texts' tokens through the input embeddings, no forward pass) on the finalists.",
+        ),
+    ] = True,
     threads: Annotated[str, typer.Option(help="CPU threads: auto, torch or a number.")] = "auto",
 ) -> None:
     """Tune a preset for MODEL on dev data (STS-B dev, SciFact's dev split) and write it to OUT.
 
-    One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion and
-    post-processing is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
+    One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion,
+    post-processing, query side and lexical part is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
     from valuelens.cpu import parse_threads
     from valuelens.tuning import tune
 
@@ -110,6 +117,7 @@ def tune_command(
             dtype=dtype,
             cache=cache,
             keep_cache=keep_cache,
+            lexical=lexical,
         )
     except (ValueLensError, ValueError, OSError) as exc:
         raise fail(exc) from None

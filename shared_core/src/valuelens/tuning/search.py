@@ -14,7 +14,9 @@ Stages (each scored on STS-B dev Spearman and SciFact dev nDCG@10, combined by t
    part too) at weights :data:`FUSION_WEIGHTS`, read in the same forward pass;
 4. post-processing (:data:`POSTPROCESS`) fitted on the unlabeled fitting texts, for the best candidates;
 5. a query side: the best few candidates with the queries under another prompt (the documents, and
-   everything else, unchanged, so both land in one space).
+   everything else, unchanged, so both land in one space);
+6. a lexical part (:mod:`valuelens.lexical`; no forward pass): the best few candidates with the texts'
+   lexical vectors joined at the document and query weights :data:`LEXICAL_WEIGHTS`.
 
 A candidate's vectors are computed from the cache as the encoder computes them for its spec (band mean,
 EmbedFilter, :func:`valuelens.readout.fuse`, :class:`valuelens.Postprocess`), so the winner's spec
@@ -35,6 +37,7 @@ from scipy.stats import spearmanr
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
 from valuelens.evaluation.metrics import ndcg_at_k
+from valuelens.lexical import LexicalLens, LexicalPart
 from valuelens.postprocess import Postprocess
 from valuelens.readout import fuse
 from valuelens.tuning.cache import Family, LayerCache
@@ -42,6 +45,7 @@ from valuelens.tuning.data import OBJECTIVES, Objective, TuneData
 
 __all__ = [
     "FUSION_WEIGHTS",
+    "LEXICAL_WEIGHTS",
     "MIN_BAND",
     "POSTPROCESS",
     "Candidate",
@@ -57,6 +61,12 @@ MIN_BAND = 2
 FUSION_WEIGHTS = (0.3, 0.5, 0.7, 1.0)
 #: The post-processings tried on the best candidates (``KIND`` or ``KIND:K``).
 POSTPROCESS = ("none", "center", "abtt:1", "abtt:2", "abtt:4")
+#: The lexical part's ``(lexical, lexical_query)`` pairs tried: one weight for both sides, or a small
+#: document weight (document–document similarity stays the model's) with a large query weight.
+LEXICAL_WEIGHTS: tuple[tuple[float, float], ...] = (
+    *((w, w) for w in (0.1, 0.2, 0.4, 0.6)),
+    *((d, q) for d in (0.02, 0.05, 0.1, 0.2) for q in (0.5, 0.8, 0.9, 0.95)),
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,10 @@ class Candidate:
     post: str = "none"
     query_template: str | None = None
     """Queries' own prompt (the query side of a retrieval preset); ``None``: queries as documents."""
+    lexical: float | None = None
+    """The lexical part's document weight (``None``: no lexical part)."""
+    lexical_query: float | None = None
+    """The lexical part's query weight (``None``: ``lexical``'s)."""
 
     def label(self) -> str:
         text = self.main.label()
@@ -91,6 +105,9 @@ class Candidate:
             text += f" | {self.fused.label()}:{self.weight:g}"
         if self.post != "none":
             text += f" ~{self.post}"
+        if self.lexical is not None:
+            query = "" if self.lexical_query is None else f"/{self.lexical_query:g}"
+            text += f" +lex{self.lexical:g}{query}"
         return text if self.query_template is None else f"{text} q:{self.query_template!r}"
 
     def fields(self) -> dict[str, Any]:
@@ -116,6 +133,10 @@ class Candidate:
             spec["fusion"] = [part]
         if self.query_template is not None:
             spec["query_template"] = self.query_template
+        if self.lexical is not None:
+            spec["lexical"] = self.lexical
+            if self.lexical_query is not None:
+                spec["lexical_query"] = self.lexical_query
         return spec
 
 
@@ -148,6 +169,7 @@ class Scorer:
         *,
         objective: Objective = "balanced",
         embed_filters: dict[float, EmbedFilter] | None = None,
+        lexical: LexicalLens | None = None,
     ) -> None:
         if objective not in OBJECTIVES:
             msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
@@ -156,6 +178,11 @@ class Scorer:
         self.data = data
         self.objective = objective
         self.embed_filters = embed_filters or {}
+        self.lexical: dict[str, np.ndarray] = {}
+        """Each set's lexical vectors (the lexical stage runs when they are given)."""
+        if lexical is not None:
+            texts = {"sts": data.sts.texts, "queries": data.retrieval.queries, "docs": data.retrieval.docs}
+            self.lexical = {name: lexical.encode(list(items)).cpu().numpy() for name, items in texts.items()}
         self._prefix: dict[tuple[str | None, str, str], np.ndarray] = {}
         ret = data.retrieval
         self._relevance = [ret.qrels.get(q, {}) for q in ret.query_ids]
@@ -202,8 +229,16 @@ class Scorer:
         return Postprocess.fit(fit, kind=kind, **({"k": int(k)} if k else {}), **extra)  # type: ignore[arg-type]
 
     def vectors(self, candidate: Candidate, set_name: str, post: Postprocess | None = None) -> np.ndarray:
+        """The candidate's vectors as its encoder gives them: post-processed, then its lexical part."""
         raw = self.raw_vectors(candidate, set_name)
-        return raw if post is None else post.transform(raw)
+        vec = raw if post is None else post.transform(raw)
+        if candidate.lexical is None:
+            return vec
+        weight = candidate.lexical
+        if set_name == "queries" and candidate.lexical_query is not None:
+            weight = candidate.lexical_query
+        lexical = LexicalPart(torch.from_numpy(self.lexical[set_name]), weight)
+        return lexical.join(torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))).numpy()
 
     # ------------------------------------------------------------------ scores
     def sts(self, vec: np.ndarray) -> float:
@@ -314,6 +349,15 @@ def search(
         finalists = list(dict.fromkeys(row.candidate for row in rows))[:n_mains]
         sides = [replace(c, query_template=q) for c in finalists for q in query_templates if q != c.prompt]
         rows += _scored(scorer, sides, "query_side")
+        rows.sort(key=lambda r: -r.objective)
+    if scorer.lexical and scorer.objective != "sts":
+        finalists = list(dict.fromkeys(row.candidate for row in rows))[:n_mains]
+        lexical = [
+            replace(c, lexical=d, lexical_query=None if q == d else q)
+            for c in finalists
+            for d, q in LEXICAL_WEIGHTS
+        ]
+        rows += _scored(scorer, lexical, "lexical")
         rows.sort(key=lambda r: -r.objective)
     return rows
 
