@@ -237,3 +237,29 @@ def test_a_saved_sentence_transformers_model_carries_its_lexical_state(tiny_chec
     (tmp_path / "st" / "1_ValuePooling" / "lexical.safetensors").unlink()
     with pytest.raises(ConfigError, match=r"names .lexical\.safetensors. but the file is missing"):
         SentenceTransformer(str(tmp_path / "st"), device="cpu", trust_remote_code=True)
+
+
+def test_valuelens_search_embeds_queries_on_the_query_side(tiny_checkpoint, tmp_path):
+    """``valuelens embed --config`` with a lexical part, then ``valuelens search``: the printed scores are
+    the query side's (``encode_query``) against the stored documents."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from valuelens.cli import app
+
+    fields = {**FIELDS, "lexical": 0.2, "lexical_query": 0.9}
+    (tmp_path / "spec.json").write_text(json.dumps(fields), encoding="utf-8")
+    (tmp_path / "in.txt").write_text("\n".join(CORPUS), encoding="utf-8")
+    out = tmp_path / "v.parquet"
+    runner = CliRunner()
+    embed = ["embed", str(tmp_path / "in.txt"), "-o", str(out), "--model", tiny_checkpoint]
+    result = runner.invoke(app, [*embed, "--config", str(tmp_path / "spec.json")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["search", str(out), QUERIES[1], "-k", "1"])
+    assert result.exit_code == 0, result.output
+    reference = Encoder.from_pretrained(tiny_checkpoint, **fields)
+    scores = reference.encode(CORPUS, normalize=True) @ reference.encode_query(QUERIES[1], normalize=True)
+    top = result.output.strip().splitlines()[-1].split(maxsplit=1)
+    assert top[1] == CORPUS[int(np.argmax(scores))]
+    assert float(top[0]) == pytest.approx(float(scores.max()), abs=2e-3)

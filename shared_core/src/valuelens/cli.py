@@ -358,7 +358,8 @@ def _search(embeddings: Path, queries: list[str], k: int, device: str | None = N
 
     options: dict[str, Any] = {key: settings[key] for key in FIELDS if key in settings}  # the whole spec
     encoder = Encoder.from_pretrained(settings.get("model"), device=device, **options)
-    scores = np.asarray(encoder.encode(queries, normalize=True)) @ vectors.T
+    # queries go through the spec's query side (query_template, lexical_query), as in every adapter
+    scores = np.asarray(encoder.encode_query(queries, normalize=True)) @ vectors.T
     for row, query in zip(scores, queries, strict=True):
         typer.echo(f"\n{query}")
         for i in np.argsort(-row)[:k]:

@@ -463,6 +463,9 @@ class Encoder:
             extras.append(f"prompt={self.config.prompt!r}")
         if self.embed_filter is not None:
             extras.append(f"embed_filter={self.embed_filter.tau:g}")
+        lexical, query = self.config.lexical, self.config.lexical_query
+        if lexical is not None:
+            extras.append(f"lexical={lexical:g}" + (f"/{query:g}" if query is not None else ""))
         layers = self.layers
         shown = (
             f"{layers[0]}-{layers[-1]}"

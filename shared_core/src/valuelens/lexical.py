@@ -170,8 +170,12 @@ class LexicalLens:
 
     def encode(self, texts: Sequence[str]) -> Tensor:
         """``[n, h]`` float32 unit rows on the embeddings' device (a text without tokens gives zeros)."""
-        rows = self.embeddings.shape[0]
-        out = torch.zeros(len(texts), self.dimension, device=self.embeddings.device)
+        rows, device = self.embeddings.shape[0], self.embeddings.device
+        if self.idf.device != device:  # the model moved (e.g. a sentence-transformers model.to("cuda"))
+            self.mean, self.whitening, self.idf = (
+                t.to(device) for t in (self.mean, self.whitening, self.idf)
+            )
+        out = torch.zeros(len(texts), self.dimension, device=device)
         with torch.no_grad():
             for i, ids in enumerate(token_ids(self.tokenizer, texts)):
                 if not ids:
