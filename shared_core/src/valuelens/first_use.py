@@ -47,6 +47,7 @@ __all__ = [
     "FIT_PREFIX",
     "FitRequest",
     "cache_folder",
+    "cache_state",
     "corpus_texts",
     "fingerprint",
     "fit_corpus",
@@ -152,11 +153,15 @@ def fitted_state(encoder: Encoder, reference: str) -> Postprocess:
             fitted_on=f"{source}, at first use",
             show_progress=True,  # a minute or more for a large model on a CPU: say how far it is
         )
+    cache_state(state, file, "fitted state")
+    return state
+
+
+def cache_state(state: Any, file: Path, what: str) -> None:
+    """``state.save(file)`` into the cache; a read-only cache is logged (the state is used, and fitted
+    again at the next load), never raised."""
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         state.save(file)
-    except OSError as exc:  # a read-only cache: the state is used, and fitted again next time
-        logger.warning(
-            "cannot cache the fitted state in %s (%s); it is refitted at every load", file.parent, exc
-        )
-    return state
+    except OSError as exc:
+        logger.warning("cannot cache the %s in %s (%s); it is refitted at every load", what, file.parent, exc)

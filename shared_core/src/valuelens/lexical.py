@@ -192,7 +192,7 @@ class LexicalLens:
 def lexical_lens(encoder: Encoder) -> LexicalLens:
     """The lexical lens ``encoder``'s spec asks for: its state read from the cache, else fitted on the
     corpus (the package's, or ``lexical_corpus``) and cached (one log line)."""
-    from valuelens.first_use import cache_folder, corpus_texts, fingerprint
+    from valuelens.first_use import cache_folder, cache_state, corpus_texts, fingerprint
 
     backbone: Any = encoder.parts.backbone  # a transformers PreTrainedModel
     embeddings = backbone.get_input_embeddings().weight
@@ -213,11 +213,5 @@ def lexical_lens(encoder: Encoder) -> LexicalLens:
         "lexical part: fitting idf on %s for %s (cached in %s)", source, encoder.name_or_path, file.parent
     )
     state = LexicalState.fit(embeddings, encoder.tokenizer, texts)
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        state.save(file)
-    except OSError as exc:  # a read-only cache: the state is used, and fitted again next time
-        logger.warning(
-            "cannot cache the lexical state in %s (%s); it is refitted at every load", file.parent, exc
-        )
+    cache_state(state, file, "lexical state")
     return LexicalLens(embeddings, encoder.tokenizer, state)

@@ -325,22 +325,16 @@ class ValuePooling(Module):
             "local_files_only": local_files_only,
         }
         saved = dict(cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs))
-        if saved.get("postprocess") == POSTPROCESS_NAME:
+        for field, filename in (("postprocess", POSTPROCESS_NAME), ("lexical_corpus", LEXICAL_NAME)):
+            if saved.get(field) != filename:  # a fitted state saved beside the config, named relatively
+                continue
             state = cls.load_file_path(
-                model_name_or_path, filename=POSTPROCESS_NAME, subfolder=subfolder, **hub_kwargs
+                model_name_or_path, filename=filename, subfolder=subfolder, **hub_kwargs
             )
             if state is None:
-                msg = f"the saved ValuePooling names {POSTPROCESS_NAME!r} but the file is missing"
+                msg = f"the saved ValuePooling names {filename!r} but the file is missing"
                 raise ConfigError(msg)
-            saved["postprocess"] = str(state)
-        if saved.get("lexical_corpus") == LEXICAL_NAME:
-            lexical = cls.load_file_path(
-                model_name_or_path, filename=LEXICAL_NAME, subfolder=subfolder, **hub_kwargs
-            )
-            if lexical is None:
-                msg = f"the saved ValuePooling names {LEXICAL_NAME!r} but the file is missing"
-                raise ConfigError(msg)
-            saved["lexical_corpus"] = str(lexical)
+            saved[field] = str(state)
         preset = saved.pop("preset", None)  # saved with an unresolved preset: the fields are those passed
         fields = EncoderConfig.from_dict(saved).to_dict()  # data only: unknown keys are refused
         module = cls(**{name: fields[name] for name in saved}, preset=preset)
