@@ -97,9 +97,8 @@ class State:
 
             return encode
 
-        queries = getattr(
-            encoder, "encode_query", None
-        )  # the spec's query side (query_template, lexical_query)
+        # the spec's query side (query_template, lexical_query), for requests with input_type "query"
+        queries = getattr(encoder, "encode_query", None)
         self.batcher = Batcher(
             embedder(encoder.encode),
             limits,

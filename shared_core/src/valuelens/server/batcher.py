@@ -24,10 +24,10 @@ import numpy as np
 from valuelens.server.limits import Limits
 from valuelens.server.metrics import Metrics
 
-__all__ = ["SIDES", "Batcher", "Job", "QueueFull", "Side"]
+__all__ = ["Batcher", "Job", "QueueFull", "Side"]
 
+#: What a job's texts are: search queries or the documents searched.
 Side = Literal["query", "document"]
-SIDES: tuple[Side, ...] = ("query", "document")
 
 
 class QueueFull(Exception):
