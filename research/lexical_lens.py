@@ -201,11 +201,35 @@ def dev(args: argparse.Namespace, lens: LexicalLens) -> dict:
     return out
 
 
-def test(args: argparse.Namespace, lens: LexicalLens) -> dict:
+def load_test_sets() -> tuple[RetrievalData, PairData]:
+    """SciFact's and STS-B's test splits."""
     ret = load_task("scifact").load("test")
     assert isinstance(ret, RetrievalData)
     stsb = load_task("stsb").load("test")
     assert isinstance(stsb, PairData)
+    return ret, stsb
+
+
+def scifact_test_corpus(ret: RetrievalData, full: bool, distractors: int) -> list[str]:
+    """SciFact test document ids: the full corpus, or one cut as tune cuts the dev one (the test queries'
+    relevant documents and ``distractors`` seeded others), in corpus order."""
+    doc_ids = list(ret.corpus)
+    if full:
+        return doc_ids
+    relevant = {d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus}
+    kept = set(_sample([d for d in doc_ids if d not in relevant], distractors)) | relevant
+    return [d for d in doc_ids if d in kept]
+
+
+def sts_texts_and_pairs(stsb: PairData) -> tuple[list[str], list[int], list[int]]:
+    """STS-B's distinct texts (each embedded once) and each pair's two indices into them."""
+    texts = list(dict.fromkeys([*stsb.texts1, *stsb.texts2]))
+    index = {t: i for i, t in enumerate(texts)}
+    return texts, [index[t] for t in stsb.texts1], [index[t] for t in stsb.texts2]
+
+
+def test(args: argparse.Namespace, lens: LexicalLens) -> dict:
+    ret, stsb = load_test_sets()
     doc_ids = list(ret.corpus)
     docs = [ret.corpus[d] for d in doc_ids]
     qids = list(ret.queries)
@@ -235,15 +259,9 @@ def test(args: argparse.Namespace, lens: LexicalLens) -> dict:
         return out
     # The fusion on a test corpus cut as tune cuts the dev one: the test queries' relevant documents and
     # --distractors others (seeded), the lens fitted on the dev-side fit texts, the weight fixed beforehand.
-    sub_ids = doc_ids
-    if not args.full:
-        relevant = {d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus}
-        kept = set(_sample([d for d in doc_ids if d not in relevant], args.distractors)) | relevant
-        sub_ids = [d for d in doc_ids if d in kept]
+    sub_ids = scifact_test_corpus(ret, args.full, args.distractors)
     sub_docs = [ret.corpus[d] for d in sub_ids]
-    sts_texts = list(dict.fromkeys([*stsb.texts1, *stsb.texts2]))
-    index = {t: i for i, t in enumerate(sts_texts)}
-    a, b = [index[t] for t in stsb.texts1], [index[t] for t in stsb.texts2]
+    sts_texts, a, b = sts_texts_and_pairs(stsb)
     pre, seconds = preset_vectors(args, {"queries": queries, "docs": sub_docs, "sts": sts_texts})
     lens.fit(dev_data.fit_texts)
     lex = {"queries": lens.encode(queries), "docs": lens.encode(sub_docs), "sts": lens.encode(sts_texts)}

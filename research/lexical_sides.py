@@ -31,12 +31,19 @@ import math
 from pathlib import Path
 
 import numpy as np
-from lexical_lens import ndcg, preset_vectors, sts, unit  # research/ is the script's folder
+from lexical_lens import (  # research/ is the script's folder
+    load_test_sets,
+    ndcg,
+    preset_vectors,
+    scifact_test_corpus,
+    sts,
+    sts_texts_and_pairs,
+    unit,
+)
 
 from valuelens import Encoder
 from valuelens.evaluation.reference import reference_model
-from valuelens.evaluation.tasks import PairData, RetrievalData, load_task
-from valuelens.tuning.data import TuneData, _sample
+from valuelens.tuning.data import TuneData
 
 DOC_WEIGHTS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.6)
 QUERY_WEIGHTS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99)
@@ -90,21 +97,13 @@ def dev(args: argparse.Namespace) -> dict:
 
 
 def test(args: argparse.Namespace) -> dict:
-    ret = load_task("scifact").load("test")
-    assert isinstance(ret, RetrievalData)
-    stsb = load_task("stsb").load("test")
-    assert isinstance(stsb, PairData)
-    doc_ids = list(ret.corpus)
+    ret, stsb = load_test_sets()
     qids = list(ret.queries)
     queries = [ret.queries[i] for i in qids]
-    if not args.full:
-        relevant = {d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus}
-        kept = set(_sample([d for d in doc_ids if d not in relevant], args.distractors)) | relevant
-        doc_ids = [d for d in doc_ids if d in kept]
+    doc_ids = scifact_test_corpus(ret, args.full, args.distractors)
     docs = [ret.corpus[d] for d in doc_ids]
-    sts_texts = list(dict.fromkeys([*stsb.texts1, *stsb.texts2]))
-    index = {t: i for i, t in enumerate(sts_texts)}
-    pairs = ([index[t] for t in stsb.texts1], [index[t] for t in stsb.texts2], stsb.scores)
+    sts_texts, a, b = sts_texts_and_pairs(stsb)
+    pairs = (a, b, stsb.scores)
     texts = {"queries": queries, "docs": docs, "sts": sts_texts}
     pre, seconds = preset_vectors(args, texts)
     lex = lens_vectors(args, texts)
