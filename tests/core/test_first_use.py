@@ -148,9 +148,11 @@ def test_untuned_preset_best_fits_once_and_postprocess_none_turns_it_off(tmp_pat
     enc = Encoder.from_pretrained(path, preset="best", device="cpu")
     assert enc.config.layers == (2, 3) and enc.config.fusion[0].layers == (2, 3)  # 70%-100% of 4 layers
     assert enc.postprocess is not None and enc.postprocess.k == 2
-    assert len(list(cache.glob("*.safetensors"))) == 1
+    # one post-processing state and one lexical state (the rule carries a lexical part), each fitted once
+    assert len(list(cache.glob("lexical-*.safetensors"))) == 1 and len(list(cache.glob("*.safetensors"))) == 2
+    assert (enc.config.lexical, enc.config.lexical_query) == (0.2, 0.95)
     off = Encoder.from_pretrained(path, preset="best", postprocess=None, device="cpu")
-    assert off.postprocess is None and len(list(cache.glob("*.safetensors"))) == 1
+    assert off.postprocess is None and len(list(cache.glob("*.safetensors"))) == 2
     # the rule for every model, by name: the same spec
     assert Encoder.from_pretrained(path, preset="untuned", device="cpu").config == enc.config
 

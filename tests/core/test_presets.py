@@ -138,7 +138,7 @@ def test_a_preset_falls_back_to_the_untuned_rule_with_one_log_line_per_model(tmp
 def test_the_real_presets_resolve_overrides_without_loading_a_model(caplog):
     smollm2 = ("llama", 30, 576)  # the key alone: no model is read
     caplog.set_level(logging.WARNING, logger="valuelens")
-    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v6"
+    assert preset_config("best", smollm2).postprocess == "builtin:smollm2-135m-best-v7"
     config = preset_config("best", smollm2, recipe="va")  # raised a ConfigError about drop_prefix before
     assert config.recipe == "va" and not config.drop_prefix and config.postprocess is None
     assert config.fusion == preset_config("best", smollm2).fusion  # the rest of the preset stays

@@ -216,7 +216,8 @@ class EncoderConfig:
     lexical_corpus: str | None = None
     """Unlabeled texts the lexical part's idf is counted on (a file: one text per line, or ``.jsonl`` with
     a ``text`` field), or a saved lexical state (``.safetensors``, what a saved sentence-transformers model
-    carries); ``None``: the package's corpus. Fitted once per model and cached (:mod:`valuelens.first_use`)."""
+    carries); ``None``: English word frequencies (the package's corpus for the tokens no English word
+    reaches). Fitted once per model and cached (:mod:`valuelens.first_use`)."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)

@@ -12,8 +12,9 @@ unit length. The text is read alone: no prompt, no special tokens, up to :data:`
 - **Codes.** A token's code is its input-embedding row, centred on the rows' mean and whitened.
   Eigenvalues are floored at :data:`FLOOR` times the largest. Distinct tokens come out near-orthogonal;
   the model's near-synonyms stay close.
-- **idf.** ``idf = log((N + 1) / (df + 0.5))``, counted on N unlabeled texts: the package's corpus, or
-  ``lexical_corpus``.
+- **idf.** ``idf = log((N + 1) / (df + 0.5))``. By default it comes from English word frequencies
+  (:mod:`valuelens.word_frequency`: no corpus), counted on the package's corpus for the tokens no English
+  word reaches. ``lexical_corpus`` counts it on N unlabeled texts of your own instead.
 - **State.** The mean, the whitening and the idf make a :class:`LexicalState`. It is fitted once per
   model and corpus, in seconds, and cached like a first-use post-processing (:mod:`valuelens.first_use`).
 
@@ -54,7 +55,7 @@ FLOOR = 1e-3
 #: Tokens of a text the lexical part reads (a lookup per token, not a forward pass).
 MAX_TOKENS = 8192
 #: Bump when the state's layout or formulas change: cached states of other versions are fitted again.
-STATE_VERSION = 1
+STATE_VERSION = 2
 _ROWS_PER_STEP = 16384
 #: ``lexical_corpus`` names a saved :class:`LexicalState` rather than texts when it ends so.
 STATE_SUFFIX = ".safetensors"
@@ -70,8 +71,12 @@ class LexicalState:
     idf: Tensor
 
     @classmethod
-    def fit(cls, embeddings: Tensor, tokenizer: Any, texts: Sequence[str]) -> LexicalState:
-        """Whitening from the input-embedding matrix ``embeddings`` ``[V, h]``, idf from ``texts``."""
+    def fit(
+        cls, embeddings: Tensor, tokenizer: Any, texts: Sequence[str], *, word_frequencies: bool = False
+    ) -> LexicalState:
+        """Whitening from the input-embedding matrix ``embeddings`` ``[V, h]``; idf counted on ``texts``,
+        or with ``word_frequencies`` from English word frequencies where they reach a token and counted on
+        ``texts`` elsewhere."""
         rows, hidden = embeddings.shape
         total = torch.zeros(hidden, dtype=torch.float64)
         gram = torch.zeros(hidden, hidden, dtype=torch.float64)
@@ -90,6 +95,11 @@ class LexicalState:
             if ids:
                 df[torch.tensor(sorted(set(ids)), dtype=torch.long).clamp(max=rows - 1)] += 1
         idf = torch.log((len(texts) + 1) / (df + 0.5))
+        if word_frequencies:
+            from valuelens.word_frequency import word_idf
+
+            words = torch.from_numpy(word_idf(tokenizer, rows))
+            idf = torch.where(words.isnan(), idf, words)
         return cls(mean.float(), whitening.float(), idf.float())
 
     def save(self, path: str | Path) -> None:
@@ -190,8 +200,9 @@ class LexicalLens:
 
 
 def lexical_lens(encoder: Encoder) -> LexicalLens:
-    """The lexical lens ``encoder``'s spec asks for: its state read from the cache, else fitted on the
-    corpus (the package's, or ``lexical_corpus``) and cached (one log line)."""
+    """The lexical lens ``encoder``'s spec asks for: its state read from the cache, else fitted (English
+    word frequencies and the package's corpus, or ``lexical_corpus``) and cached (one log line)."""
+    from valuelens import word_frequency
     from valuelens.first_use import cache_folder, cache_state, corpus_texts, fingerprint
 
     backbone: Any = encoder.parts.backbone  # a transformers PreTrainedModel
@@ -202,6 +213,9 @@ def lexical_lens(encoder: Encoder) -> LexicalLens:
     texts, source = corpus_texts(
         None if corpus is None else Path(corpus).expanduser(), option="lexical_corpus"
     )
+    words = corpus is None  # the default idf: word frequencies, the package's corpus where they do not reach
+    if words:
+        source = f"{word_frequency.source()} and {source}"
     key = fingerprint(encoder, source, {"lexical_state": STATE_VERSION, "floor": FLOOR})
     file = cache_folder() / f"lexical-{key}.safetensors"
     if file.is_file():
@@ -212,6 +226,6 @@ def lexical_lens(encoder: Encoder) -> LexicalLens:
     logger.info(
         "lexical part: fitting idf on %s for %s (cached in %s)", source, encoder.name_or_path, file.parent
     )
-    state = LexicalState.fit(embeddings, encoder.tokenizer, texts)
+    state = LexicalState.fit(embeddings, encoder.tokenizer, texts, word_frequencies=words)
     cache_state(state, file, "lexical state")
     return LexicalLens(embeddings, encoder.tokenizer, state)

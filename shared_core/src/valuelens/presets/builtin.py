@@ -51,6 +51,9 @@ RETIRED_STATES = (
     "smollm2-135m-best-v5",  # the tuned best before tune's lexical stage
     "gemma3-270m-best-v3",  # the tuned best before tune's lexical stage
     "qwen2.5-coder-0.5b-best",  # the tuned best before tune's lexical stage
+    "smollm2-135m-best-v6",  # the tuned best with the lexical part under the package-corpus idf
+    "gemma3-270m-best-v4",  # the tuned best with the lexical part under the package-corpus idf (same tensors as v5)
+    "qwen2.5-coder-0.5b-best-v2",  # the tuned best with the lexical part under the package-corpus idf
 )
 
 

@@ -111,7 +111,7 @@ def tune(
     encoder, as rows of the report. ``distractors``: SciFact documents beside the dev queries' relevant
     ones in the dev corpus (default: the mode's, :func:`~valuelens.tuning.data.sizes`). ``cache``:
     where the layer cache lives (default ``output/cache``, removed after the run unless ``keep_cache``;
-    a folder given here is always kept). ``lexical``: try a lexical part (idf on the package's corpus) on
+    a folder given here is always kept). ``lexical``: try a lexical part (its default idf, :mod:`valuelens.lexical`) on
     the finalists. Raises :class:`ConfigError` for a bad option before any model loads.
     """
     out = Path(output)
@@ -164,7 +164,9 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    lens = lexical_lens(probe) if lexical else None  # the package's corpus: the preset refits it at load
+    lens = (
+        lexical_lens(probe) if lexical else None
+    )  # the default idf: the preset refits the same state at load
     scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lens)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
