@@ -164,9 +164,8 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    lens = (
-        lexical_lens(probe) if lexical else None
-    )  # the default idf: the preset refits the same state at load
+    # the default idf: the preset refits the same state at load
+    lens = lexical_lens(probe) if lexical else None
     scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lens)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
