@@ -18,11 +18,12 @@ pytestmark = pytest.mark.slow
 OFFICIAL_PROMPT = 'Summarize the sentence: "{text}" in one word:"'
 #: docs/results/smollm2-135m-tuned-presets-test.md (test splits), against AlignedWVA(FutureEOL)
 #: 71.4 / 57.4: the tuned preset="sts" (drop_prefix, layers 21-25, HS-mean fusion, all-but-the-top 4)
-#: STS-B 76.0; the tuned preset="best" (the same over layers 21-29, EmbedFilter on the HS part) STS-B
-#: 74.2, Lee 47.3 (its all-but-the-top costs documents: docs/results.md; a floor, so that it gets no worse).
+#: STS-B 76.0; the tuned preset="best" (the same over layers 21-29, EmbedFilter on the HS part, a lexical
+#: part at 0.2 / 0.95 with the word-frequency idf: docs/results/smollm2-135m-wordidf-best-test.md) STS-B
+#: 73.4, Lee 49.6 (its all-but-the-top costs documents: docs/results.md; floors, so that it gets no worse).
 MIN_STS_PRESET_GAIN = 3.0
-MIN_BEST_PRESET_GAIN_STSB = 2.0
-MIN_BEST_LEE = 46.3
+MIN_BEST_PRESET_GAIN_STSB = 1.5
+MIN_BEST_LEE = 48.6
 #: the issue's STS-B target for SmolLM2 (75), less what batching noise can move
 STS_TARGET = 74.9
 
@@ -84,5 +85,5 @@ def test_presets_beat_the_papers_best_recipe_on_test_splits(smollm2):
     assert lee[0] == pytest.approx(57.4, abs=0.3)
     assert stsb[2] >= stsb[0] + MIN_STS_PRESET_GAIN
     assert stsb[2] >= STS_TARGET
-    assert stsb[1] >= stsb[0] + MIN_BEST_PRESET_GAIN_STSB
-    assert lee[1] >= MIN_BEST_LEE
+    assert stsb[1] >= stsb[0] + MIN_BEST_PRESET_GAIN_STSB, (stsb, lee)
+    assert lee[1] >= MIN_BEST_LEE, (stsb, lee)
