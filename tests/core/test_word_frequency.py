@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from tiny_models import CORPUS
 from valuelens import word_frequency
-from valuelens.lexical import LexicalState
+from valuelens.lexical import LexicalState, counted_idf
 
 
 def _id(tokenizer, text: str) -> int:
@@ -52,3 +54,16 @@ def test_the_hosts_tokenizer_settings_are_left_alone(tiny_tokenizer):
     assert backend.padding is not None and backend.truncation is not None
     np.testing.assert_allclose(word_frequency.token_probabilities(tiny_tokenizer, rows), clean, rtol=1e-9)
     assert backend.padding is not None and backend.truncation is not None
+
+
+def test_word_idf_is_the_counted_idf_of_the_expected_document_frequency(tiny_tokenizer):
+    """One formula for both idfs: a token's word idf is the counted idf of ``N·(1 − exp(−L·p))``."""
+    rows = len(tiny_tokenizer)
+    p = word_frequency.token_probabilities(tiny_tokenizer, rows)
+    idf = word_frequency.word_idf(tiny_tokenizer, rows)
+    reached = p > 0
+    df = word_frequency.TEXTS * -np.expm1(-word_frequency.TEXT_TOKENS * p[reached])
+    np.testing.assert_allclose(idf[reached], np.log((word_frequency.TEXTS + 1) / (df + 0.5)), rtol=1e-9)
+    # a token in every text weighs almost nothing, one in none weighs log(2N + 2)
+    counted = counted_idf(torch.tensor([0.0, 10.0]), 10)
+    torch.testing.assert_close(counted, torch.tensor([math.log(22.0), math.log(11 / 10.5)]))

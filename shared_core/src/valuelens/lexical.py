@@ -46,7 +46,15 @@ from valuelens.errors import ConfigError
 if TYPE_CHECKING:
     from valuelens.encoder import Encoder
 
-__all__ = ["FLOOR", "MAX_TOKENS", "LexicalLens", "LexicalPart", "LexicalState", "lexical_lens"]
+__all__ = [
+    "FLOOR",
+    "MAX_TOKENS",
+    "LexicalLens",
+    "LexicalPart",
+    "LexicalState",
+    "counted_idf",
+    "lexical_lens",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +102,7 @@ class LexicalState:
         for ids in token_ids(tokenizer, texts):
             if ids:
                 df[torch.tensor(sorted(set(ids)), dtype=torch.long).clamp(max=rows - 1)] += 1
-        idf = torch.log((len(texts) + 1) / (df + 0.5))
+        idf = counted_idf(df, len(texts))
         if word_frequencies:
             from valuelens.word_frequency import word_idf
 
@@ -123,6 +131,11 @@ class LexicalState:
             msg = f"{str(path)!r} is not a version-{STATE_VERSION} lexical state"
             raise ConfigError(msg)
         return cls(tensors["mean"], tensors["whitening"], tensors["idf"])
+
+
+def counted_idf(df: Tensor, texts: int) -> Tensor:
+    """``log((N + 1) / (df + 0.5))``: the idf of tokens found in ``df`` of ``texts`` (N) texts."""
+    return torch.log((texts + 1) / (df + 0.5))
 
 
 def token_ids(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:

@@ -8,8 +8,8 @@ A token's probability is the frequency-weighted count of its occurrences in the 
 `wordfreq <https://github.com/rspeer/wordfreq>`_'s English word list (321k words from Wikipedia,
 subtitles, news, books, the web and social media; its data is CC BY-SA 4.0), each word read in the
 forms :data:`FORMS` takes. Its idf is the one a corpus of :data:`TEXTS` texts of :data:`TEXT_TOKENS`
-tokens drawn from those frequencies would count: ``df = N·(1 − exp(−L·p))``,
-``idf = log((N + 1) / (df + 0.5))``, the formula a counted idf uses (:mod:`valuelens.lexical`).
+tokens drawn from those frequencies would count: ``df = N·(1 − exp(−L·p))``, through the formula of a
+counted idf (:func:`valuelens.lexical.counted_idf`).
 Measured on the dev splits of three models in ``research/rounds/word_idf.md``.
 """
 
@@ -22,6 +22,9 @@ from importlib.metadata import version
 from typing import Any
 
 import numpy as np
+import torch
+
+from valuelens.lexical import counted_idf
 
 __all__ = ["FORMS", "LANGUAGE", "TEXTS", "TEXT_TOKENS", "source", "token_probabilities", "word_idf"]
 
@@ -92,5 +95,5 @@ def word_idf(tokenizer: Any, rows: int, *, text_tokens: int = TEXT_TOKENS) -> np
     (punctuation, digits, other scripts: the caller counts those on a corpus). ``text_tokens``: L."""
     p = token_probabilities(tokenizer, rows)
     df = TEXTS * -np.expm1(-text_tokens * p)
-    idf = np.log((TEXTS + 1) / (df + 0.5))
+    idf = counted_idf(torch.from_numpy(df), TEXTS).numpy()
     return np.where(p > 0, idf, np.nan)
