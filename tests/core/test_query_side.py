@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
 
 from tiny_models import CORPUS
-from valuelens import ConfigError, Encoder, EncoderConfig
+from valuelens import ConfigError, Encoder, EncoderConfig, TruncationWarning
 from valuelens.fitting import fit_texts
 from valuelens.presets.resolution import resolve
 
@@ -91,3 +92,36 @@ def test_overriding_the_query_template_keeps_a_presets_fitted_state(
     config = resolve("best", tiny_checkpoint, {"query_template": QUERY})
     assert config.query_template == QUERY and config.postprocess == entry["postprocess"]
     assert not [r for r in caplog.records if "dropped" in r.getMessage()]
+
+
+def test_shared_passes_read_queries_through_the_query_side(tiny_checkpoint):
+    """``valuelens eval`` shares forward passes among recipes (``SharedEncoding``); its queries must go
+    through each spec's query side (template and lexical weight), as ``Encoder.encode_query`` does."""
+    from valuelens.batching import SharedEncoding
+    from valuelens.evaluation import evaluate, load_task
+    from valuelens.evaluation.compare import evaluate_variants
+
+    sided = Encoder.from_pretrained(
+        tiny_checkpoint,
+        recipe="va",
+        layers=[1, 2],
+        prompt="futureeol",
+        query_template=QUERY,
+        lexical=0.2,
+        lexical_query=0.9,
+        lexical_corpus=None,
+    )
+    plain = Encoder.from_pretrained(tiny_checkpoint, recipe="va", layers=[1, 2], prompt="futureeol")
+    shared = SharedEncoding([plain, sided])
+    for i, enc in enumerate((plain, sided)):
+        np.testing.assert_allclose(shared.view(i).encode_query(CORPUS), enc.encode_query(CORPUS), atol=1e-5)
+        np.testing.assert_allclose(shared.view(i).encode(CORPUS), enc.encode(CORPUS), atol=1e-5)
+    assert not np.allclose(shared.view(1).encode_query(CORPUS), shared.view(1).encode(CORPUS), atol=1e-3)
+    assert shared.view(1).encode_query([]).shape == (0, sided.dimension)
+
+    task = load_task("scifact")
+    with warnings.catch_warnings():  # the tiny tokenizer makes every abstract longer than max_length
+        warnings.simplefilter("ignore", TruncationWarning)
+        alone = evaluate(sided, task, split="dev", limit=4).main_score
+        together = evaluate_variants({"plain": plain, "sided": sided}, [(task, 4)], split="dev")
+    assert abs(together["sided"][0].main_score - alone) < 1e-4

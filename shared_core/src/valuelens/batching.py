@@ -258,37 +258,67 @@ def encode_many(
 
 
 class SharedEncoding:
-    """A text → vectors cache filled by :func:`encode_many` for several encoders at once."""
+    """A text → vectors cache filled by :func:`encode_many` for several encoders at once; a view's
+    ``encode_query`` reads queries through each encoder's query side (:meth:`Encoder.for_queries`).
+
+    Usage: ``shared = SharedEncoding([va, best]); shared.view(1).encode_query(["what causes rain?"])``.
+    """
 
     def __init__(self, encoders: Sequence[Encoder]) -> None:
         self.encoders = list(encoders)
+        self.query_encoders = [encoder.for_queries() for encoder in self.encoders]
         self._cache: dict[str, list[np.ndarray]] = {}
+        self._query_cache: dict[str, list[np.ndarray]] = {}
 
-    def compute(self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False) -> None:
+    @property
+    def _queries_differ(self) -> bool:
+        return any(q is not e for q, e in zip(self.query_encoders, self.encoders, strict=True))
+
+    def compute(
+        self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False, query: bool = False
+    ) -> None:
+        """Embed the ``texts`` not cached yet with every encoder (with ``query``, every query side)."""
         texts, _ = check_texts(texts, allow_single=False)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        query = query and self._queries_differ
+        cache = self._query_cache if query else self._cache
+        missing = list(dict.fromkeys(t for t in texts if t not in cache))
         if not missing:
             return
-        results = encode_many(self.encoders, missing, batch_size=batch_size, show_progress=show_progress)
+        encoders = self.query_encoders if query else self.encoders
+        results = encode_many(encoders, missing, batch_size=batch_size, show_progress=show_progress)
         arrays = [np.asarray(result) for result in results]
         for row, text in enumerate(missing):
-            self._cache[text] = [array[row] for array in arrays]
+            cache[text] = [array[row] for array in arrays]
 
     def view(self, index: int) -> _View:
         return _View(self, index)
 
     def clear(self) -> None:
         self._cache.clear()
+        self._query_cache.clear()
 
 
 class _View:
+    """One encoder's vectors from a :class:`SharedEncoding` (``encode``, and ``encode_query`` for search
+    queries, as :meth:`Encoder.encode_query`)."""
+
     def __init__(self, shared: SharedEncoding, index: int) -> None:
         self.shared = shared
         self.index = index
         self.encoder = shared.encoders[index]
 
     def encode(self, texts: list[str], *, batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
-        self.shared.compute(texts, batch_size=batch_size, show_progress=show_progress)
+        return self._read(texts, batch_size, show_progress, query=False)
+
+    def encode_query(
+        self, texts: list[str], *, batch_size: int = 32, show_progress: bool = False
+    ) -> np.ndarray:
+        return self._read(texts, batch_size, show_progress, query=True)
+
+    def _read(self, texts: list[str], batch_size: int, show_progress: bool, *, query: bool) -> np.ndarray:
+        shared = self.shared
+        shared.compute(texts, batch_size=batch_size, show_progress=show_progress, query=query)
         if not texts:
             return np.zeros((0, self.encoder.dimension), dtype=np.float32)
-        return np.stack([self.shared._cache[t][self.index] for t in texts])
+        cache = shared._query_cache if query and shared._queries_differ else shared._cache
+        return np.stack([cache[t][self.index] for t in texts])
