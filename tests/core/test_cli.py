@@ -123,6 +123,29 @@ def test_embed_npy_and_search(tiny_checkpoint, tmp_path):
     assert lines[at + 1].strip().endswith(CORPUS[2])  # a text is its own nearest neighbour
 
 
+def test_embed_query_reads_texts_through_the_query_side(tiny_checkpoint, tmp_path):
+    """``valuelens embed --query`` embeds search queries as ``Encoder.encode_query`` does; without it,
+    documents as ``encode``."""
+    source = tmp_path / "queries.txt"
+    source.write_text("\n".join(CORPUS[:6]))
+    spec = {"recipe": "aligned-wva", "prompt": "futureeol", "query_template": "prompteol"}
+    config = tmp_path / "spec.json"
+    config.write_text(json.dumps(spec))
+    outputs = {}
+    for side, extra in (("query", ["--query"]), ("document", [])):
+        out = tmp_path / f"{side}.parquet"
+        args = ("embed", str(source), "-o", str(out), "--model", tiny_checkpoint, "--config", str(config))
+        result = _invoke(*args, *extra)
+        assert result.exit_code == 0, result.output
+        vectors, _, texts, settings = read_vectors(out)
+        assert texts == CORPUS[:6] and settings.get("side") == ("query" if extra else None)
+        outputs[side] = vectors
+    enc = Encoder.from_pretrained(tiny_checkpoint, **spec)
+    np.testing.assert_allclose(outputs["query"], enc.encode_query(CORPUS[:6], normalize=True), atol=1e-5)
+    np.testing.assert_allclose(outputs["document"], enc.encode(CORPUS[:6], normalize=True), atol=1e-5)
+    assert not np.allclose(outputs["query"], outputs["document"], atol=1e-3)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -91,6 +91,16 @@ def test_tiny_model_on_two_workers_equals_single_process(tiny_checkpoint):
     _assert_rows_equal(got, np.asarray(want))
 
 
+def test_queries_go_through_the_query_side(tiny_checkpoint):
+    texts = _texts(40)
+    config = EncoderConfig(recipe="aligned-wva", prompt="futureeol", query_template="prompteol")
+    got = _collect(
+        embed_dataset(_dataset(texts, blocks=2), model=tiny_checkpoint, config=config, query=True), 40
+    )
+    want = Encoder.from_pretrained(tiny_checkpoint, config, device="cpu").encode_query(texts)
+    _assert_rows_equal(got, np.asarray(want))
+
+
 def test_actor_killed_mid_run_loses_and_duplicates_no_row(tiny_checkpoint, tmp_path):
     marker = str(tmp_path / "died")
 
@@ -168,6 +178,8 @@ def test_bad_inputs_fail_before_any_actor_starts(tiny_checkpoint):
         embed_dataset(ds, model=tiny_checkpoint, concurrency=0)
     with pytest.raises(ValueError, match="batch_size"):
         embed_dataset(ds, model=tiny_checkpoint, batch_size=0)
+    with pytest.raises(TypeError, match="query must be True or False"):
+        embed_dataset(ds, model=tiny_checkpoint, query="yes")
 
 
 def test_a_missing_text_names_its_row(tiny_checkpoint):

@@ -173,6 +173,7 @@ def _embed(
     on_error: OnError = "fail",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     resume: bool = False,
+    query: bool = False,
 ) -> None:
     from tqdm.auto import tqdm
 
@@ -189,6 +190,9 @@ def _embed(
         settings["model"], device=device, dtype=dtype, **{k: v for k, v in settings.items() if k != "model"}
     )
     stored = {**settings, "dimension": encoder.dimension}
+    if query:  # search queries: the spec's query side (query_template, lexical_query)
+        encoder = encoder.for_queries()
+        stored["side"] = "query"
     stored.pop("normalize", None)
     normalize = settings.get("normalize", True)
 
@@ -220,6 +224,7 @@ def _embed_ray(
     address: str | None,
     workers: int,
     gpus_per_worker: float,
+    query: bool = False,
 ) -> None:
     import time
 
@@ -241,6 +246,7 @@ def _embed_ray(
         batch_size=batch_size,
         device=device,
         dtype=dtype,
+        query=query,
     )
     elapsed = time.perf_counter() - start
     typer.echo(
@@ -288,6 +294,14 @@ def embed(
     ] = None,
     workers: Annotated[int, typer.Option(min=1, help="With --ray: model actors (one model each).")] = 1,
     gpus_per_worker: Annotated[float, typer.Option(min=0, help="With --ray: GPUs per actor.")] = 0,
+    query: Annotated[
+        bool,
+        typer.Option(
+            "--query",
+            help="Embed the texts as search queries: through the spec's query side "
+            "(query_template, lexical_query), as encode_query does. Default: as documents.",
+        ),
+    ] = False,
 ) -> None:
     """Embed every text of INPUT (L2-normalized) and write the vectors to OUTPUT.
 
@@ -325,6 +339,7 @@ def embed(
                 address=address,
                 workers=workers,
                 gpus_per_worker=gpus_per_worker,
+                query=query,
             )
         except (ValueLensError, ValueError, TypeError, ImportError) as exc:
             raise fail(exc) from exc
@@ -342,6 +357,7 @@ def embed(
             on_error=on_error,
             chunk_size=chunk_size,
             resume=resume,
+            query=query,
         )
     except JobInterrupted as exc:
         typer.secho(f"interrupted: {exc}", fg=typer.colors.RED, err=True)

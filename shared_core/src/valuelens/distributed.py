@@ -98,6 +98,7 @@ class EmbedBatches:
         dtype: str | None = None,
         num_cpus: float | None = None,
         id_column: str | None = None,
+        query: bool = False,
     ) -> None:
         import torch
 
@@ -116,9 +117,8 @@ class EmbedBatches:
         self.id_column = id_column
         self.batch_size = batch_size
         self.normalize = normalize
-        self.encoder = Encoder.from_pretrained(
-            model, EncoderConfig.from_dict(config), device=device, dtype=dtype
-        )
+        encoder = Encoder.from_pretrained(model, EncoderConfig.from_dict(config), device=device, dtype=dtype)
+        self.encoder = encoder.for_queries() if query else encoder
 
     def texts(self, batch: pa.Table) -> list[str]:
         """The batch's texts; a non-string value raises ``TypeError`` naming its row (by id if any)."""
@@ -184,6 +184,7 @@ def embed_dataset(
     max_restarts: int | None = None,
     max_task_retries: int | None = None,
     worker: type[EmbedBatches] = EmbedBatches,
+    query: bool = False,
 ) -> ray.data.Dataset:
     """``ds`` with an ``embedding`` column (``fixed_size_list<float32>[dimension]``) for ``column``.
 
@@ -197,7 +198,8 @@ def embed_dataset(
     device defaults to CUDA where one is visible). An actor that dies is restarted (``max_restarts``)
     and its unfinished batch resubmitted (``max_task_retries``), so no row is lost or duplicated;
     ``None`` keeps Ray Data's actor-pool defaults (both ``-1``: restart and resubmit without limit),
-    a number is passed to the actors' remote options. ``id_column`` names rows in errors. Returns a lazy dataset: nothing runs
+    a number is passed to the actors' remote options. ``id_column`` names rows in errors. ``query``
+    embeds the texts as search queries (the spec's query side, as ``Encoder.encode_query``). Returns a lazy dataset: nothing runs
     until it is consumed (``write_parquet``, ``materialize``, ``iter_batches`` ...).
     """
     require_ray()
@@ -225,6 +227,9 @@ def embed_dataset(
     if not 1 <= len(sizes) <= 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
         msg = f"concurrency must be a positive int or a (min, max) pair, got {concurrency!r}"
         raise ValueError(msg)
+    if not isinstance(query, bool):
+        msg = f"query must be True or False, got {query!r}"
+        raise TypeError(msg)
     if not (isinstance(worker, type) and issubclass(worker, EmbedBatches)):
         msg = f"worker must be EmbedBatches or a subclass, got {worker!r}"
         raise TypeError(msg)
@@ -256,6 +261,7 @@ def embed_dataset(
             "dtype": None if dtype is None else str(dtype),
             "num_cpus": num_cpus,
             "id_column": id_column,
+            "query": query,
         },
         batch_size=batch_size,
         batch_format="pyarrow",
@@ -344,6 +350,7 @@ def embed_files(
     normalize: bool = True,
     device: str | None = None,
     dtype: Any = None,
+    query: bool = False,
 ) -> int:
     """Embed ``column`` of ``input_path`` on Ray and write ``output`` (a folder of parquet shards);
     return the number of rows written. What ``valuelens embed --ray`` runs.
@@ -354,7 +361,7 @@ def embed_files(
     one logical CPU for Ray Data's read and write tasks) and shut down at the end; with an address
     (``"auto"``, ``"ray://head:10001"``) the job runs on that cluster, which must keep a CPU free
     for reading and writing besides the ``workers`` actors. Rows are keyed by ``id_column``
-    (default ``"id"``: kept if present, else the row number).
+    (default ``"id"``: kept if present, else the row number). ``query``: embed them as search queries.
     """
     ray = require_ray()
     if output.exists() and (output.is_file() or any(output.iterdir())):
@@ -389,6 +396,7 @@ def embed_files(
             device=device,
             dtype=dtype,
             id_column=id_column or "id",
+            query=query,
         )
         embedded.write_parquet(str(output))
         import pyarrow.parquet as pq
