@@ -268,18 +268,15 @@ class SharedEncoding:
         self.encoders = list(encoders)
         self.query_encoders = [encoder.for_queries() for encoder in self.encoders]
         self._cache: dict[str, list[np.ndarray]] = {}
-        self._query_cache: dict[str, list[np.ndarray]] = {}
-
-    @property
-    def _queries_differ(self) -> bool:
-        return any(q is not e for q, e in zip(self.query_encoders, self.encoders, strict=True))
+        same = all(q is e for q, e in zip(self.query_encoders, self.encoders, strict=True))
+        # without a query side anywhere, queries are documents: one cache serves both
+        self._query_cache: dict[str, list[np.ndarray]] = self._cache if same else {}
 
     def compute(
         self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False, query: bool = False
     ) -> None:
         """Embed the ``texts`` not cached yet with every encoder (with ``query``, every query side)."""
         texts, _ = check_texts(texts, allow_single=False)
-        query = query and self._queries_differ
         cache = self._query_cache if query else self._cache
         missing = list(dict.fromkeys(t for t in texts if t not in cache))
         if not missing:
@@ -320,5 +317,5 @@ class _View:
         shared.compute(texts, batch_size=batch_size, show_progress=show_progress, query=query)
         if not texts:
             return np.zeros((0, self.encoder.dimension), dtype=np.float32)
-        cache = shared._query_cache if query and shared._queries_differ else shared._cache
+        cache = shared._query_cache if query else shared._cache
         return np.stack([cache[t][self.index] for t in texts])
