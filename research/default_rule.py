@@ -5,6 +5,7 @@ Usage::
 
     python research/default_rule.py /tmp/tuned-smol /tmp/tuned-gemma /tmp/tuned-qwen
     python research/default_rule.py /tmp/tuned-smol /tmp/tuned-gemma /tmp/tuned-qwen --query-sides
+    python research/default_rule.py /tmp/tuned-smol /tmp/tuned-gemma /tmp/tuned-qwen --lexical
 
 Each argument is a folder written by ``valuelens tune MODEL -o DIR --keep-cache`` (quick mode). A rule is
 a spec in relative terms: the main readout family over a band of relative depth, optionally fused with
@@ -12,6 +13,12 @@ another family's relative band at a weight, then a post-processing kind. For eac
 with the best mean *relative* objective (objective / that model's tuned objective) on the other two is
 applied to it and scored from its cache; the table compares it with the model's tuned objective and with
 the generic spec's nearest rule (AlignedWVA over the 50-85 % band, no fusion, no post-processing).
+
+``--lexical`` searches near the shipped rule instead, with what the tuned presets have since gained: the
+rule's band (70-100 %), with or without ``drop_prefix``, VA fused at 0.5 or 1 (or nothing), centering or
+all-but-the-top with 2 or 4 components, the three query sides, and every lexical pair of ``valuelens
+tune``'s lexical stage (or none). A folder's dev data is rebuilt as its run read it (all STS-B dev pairs
+when its ``data`` says so).
 """
 
 from __future__ import annotations
@@ -22,11 +29,18 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from valuelens import models
+from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
+from valuelens.encoder import Encoder
+from valuelens.lexical import lexical_lens
+from valuelens.loading import load_model
 from valuelens.presets.folder import PresetFolder
+from valuelens.presets.table import UNTUNED
+from valuelens.tuning import data as tune_data
 from valuelens.tuning.cache import FAMILIES, LayerCache
 from valuelens.tuning.data import TuneData
-from valuelens.tuning.search import Candidate, Part, Scorer
+from valuelens.tuning.search import LEXICAL_WEIGHTS, Candidate, Part, Scorer
 
 FAMILY = {f.name: f for f in FAMILIES}
 #: relative bands (start, end) as fractions of the depth, end inclusive
@@ -47,12 +61,16 @@ class Rule:
     weight: float
     post: str
     query: str | None = None
+    lexical: tuple[float, float] | None = None
 
     def label(self) -> str:
         text = f"{self.main}[{self.band[0]:.2f}-{self.band[1]:.2f}]"
         if self.fused:
             text += f" | {self.fused[0]}[{self.fused[1]:.2f}-{self.fused[2]:.2f}]:{self.weight:g}"
-        return f"{text} ~{self.post}" + ("" if self.query is None else f" q:{self.query}")
+        text += f" ~{self.post}" + (
+            "" if self.lexical is None else f" +lex{self.lexical[0]:g}/{self.lexical[1]:g}"
+        )
+        return text + ("" if self.query is None else f" q:{self.query}")
 
 
 def _layers(lo: float, hi: float, n: int) -> tuple[int, int]:
@@ -64,7 +82,15 @@ def _layers(lo: float, hi: float, n: int) -> tuple[int, int]:
 class Model:
     def __init__(self, folder: Path) -> None:
         self.folder = PresetFolder.read(folder)
-        data = TuneData.build(self.folder.info.get("mode", "quick"), objective=self.folder.objective)
+        mode = self.folder.info.get("mode", "quick")
+        pairs = self.folder.info.get("data", {}).get("sts_pairs")
+        saved = dict(tune_data.SIZES[mode])
+        if pairs and pairs != saved["sts_pairs"]:  # a run over more STS-B dev pairs than the mode reads
+            tune_data.SIZES[mode]["sts_pairs"] = None
+        try:
+            data = TuneData.build(mode, objective=self.folder.objective)
+        finally:
+            tune_data.SIZES[mode].update(saved)
         cache = LayerCache.open(
             folder / "cache",
             data,
@@ -73,12 +99,15 @@ class Model:
             max_length=512,
         )
         self.n = self.folder.model_key[1]
-        from valuelens import models
-
-        ef = EmbedFilter.from_model(models.path(self.folder.model), tau=2.0)
-        self.scorer = Scorer(cache, data, embed_filters={2.0: ef})
+        path = models.path(self.folder.model)
+        ef = EmbedFilter.from_model(path, tau=2.0)
+        net, tokenizer = load_model(path)  # the lexical part's lens, as the rule's encoder reads it
+        fields = {k: v for k, v in UNTUNED.items() if k != "postprocess"}
+        encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields), name_or_path=self.folder.model)
+        self.scorer = Scorer(cache, data, embed_filters={2.0: ef}, lexical=lexical_lens(encoder))
         self.prompt = self.folder.spec["prompt"]
         self.tuned = float(self.folder.info["dev"]["objective"])
+        self.pairs = len(data.sts.gold)
 
     def score(self, rule: Rule) -> float:
         main = Part(FAMILY[rule.main], *_layers(*rule.band, self.n))
@@ -86,7 +115,17 @@ class Model:
         if rule.fused:
             name, lo, hi = rule.fused
             fused = Part(FAMILY[name], *_layers(lo, hi, self.n), 2.0 if name == "aligned-va" else None)
-        candidate = Candidate(self.prompt, main, fused, rule.weight, rule.post, query_template=rule.query)
+        lexical = rule.lexical or (None, None)
+        candidate = Candidate(
+            self.prompt,
+            main,
+            fused,
+            rule.weight,
+            rule.post,
+            query_template=rule.query,
+            lexical=lexical[0],
+            lexical_query=lexical[1],
+        )
         row = self.scorer.score(candidate, "rule")
         return float("nan") if row is None else row.objective
 
@@ -102,6 +141,21 @@ def rules(query_sides: bool = False) -> list[Rule]:
     return out
 
 
+def near_rules() -> list[Rule]:
+    """``--lexical``: the shipped rule's band, with every other choice open (see the module docstring)."""
+    out = []
+    fusions = [(None, 1.0), (("va", 0.7, 1.0), 0.5), (("va", 0.7, 1.0), 1.0)]
+    for main, (fused, weight), post, query, lexical in itertools.product(
+        ("aligned-wva-dp", "aligned-wva"),
+        fusions,
+        ("center", "abtt:2", "abtt:4"),
+        (None, *QUERY_SIDES),
+        (None, *LEXICAL_WEIGHTS),
+    ):
+        out.append(Rule(main, (0.7, 1.0), fused, weight, post, query, lexical))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("folders", nargs=3, type=Path)
@@ -110,13 +164,20 @@ def main() -> None:
         action="store_true",
         help="also try queries under FutureEOL and PromptEOL (caches from a tune with the query-side stage)",
     )
+    parser.add_argument(
+        "--lexical", action="store_true", help="search near the shipped rule, lexical part included"
+    )
     args = parser.parse_args()
     models = [Model(f) for f in args.folders]
-    candidates = rules(args.query_sides)
+    candidates = near_rules() if args.lexical else rules(args.query_sides)
     table = {(m.folder.model, r): m.score(r) for m in models for r in candidates}
     generic = Rule("aligned-wva", (0.5, 0.85), None, 1.0, "none")
+    if args.lexical:  # the shipped rule (presets.table.UNTUNED) is the reference instead
+        generic = Rule("aligned-wva", (0.7, 1.0), ("va", 0.7, 1.0), 0.5, "abtt:2", None, (0.2, 0.95))
     print(
         "| left out | rule (from the other two) | its dev objective | tuned | gap | generic (50-85 %, no post) |"
+        if not args.lexical
+        else "| left out | rule (from the other two) | its dev objective | tuned | gap | the shipped rule |"
     )
     print("|---|---|---:|---:|---:|---:|")
     chosen = {}
@@ -124,9 +185,10 @@ def main() -> None:
         rest = [m for m in models if m is not out]
         best = max(candidates, key=lambda r: sum(table[(m.folder.model, r)] / m.tuned for m in rest))
         chosen[out.folder.model] = best.label()
+        cell = best.label().replace("|", "\\|")  # inside a Markdown table
         got = table[(out.folder.model, best)]
         print(
-            f"| {out.folder.model} | `{best.label()}` | {got:.2f} | {out.tuned:.2f} | {got - out.tuned:+.2f} | "
+            f"| {out.folder.model} | `{cell}` | {got:.2f} | {out.tuned:.2f} | {got - out.tuned:+.2f} | "
             f"{out.score(generic):.2f} |"
         )
     overall = max(candidates, key=lambda r: sum(table[(m.folder.model, r)] / m.tuned for m in models))

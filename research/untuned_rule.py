@@ -5,12 +5,15 @@ entry) against the generic spec, the hand-tuned ``best`` and the model's tuned p
 Usage::
 
     python research/untuned_rule.py smollm2-135m --tuned-folder /tmp/tuned/smollm2
+    python research/untuned_rule.py qwen2.5-coder-0.5b --presets '' --in-domain /tmp/fit-texts.jsonl
 
 The rule itself was derived leave-one-model-out from the tuning caches (``research/default_rule.py``:
 the same rule came out for every left-out model). Here it runs as users get it: layers from the relative
 band, all-but-the-top fitted at first use on the package's own corpus (not the tuning's fitting texts).
 ``--tuned-folder`` is written first when absent: the model's tuned spec from docs/tuning.md (:data:`TUNED`)
 with its post-processing fitted on the quick mode's fitting texts, as ``valuelens tune`` fits it.
+``--in-domain FILE`` adds ``untuned`` with its all-but-the-top fitted on those fitting texts instead, as
+a user's own texts give it (``postprocess="fit:abtt:2@FILE"``; FILE is written first).
 """
 
 from __future__ import annotations
@@ -84,24 +87,36 @@ def write_tuned(name: str, folder: Path, net: object, tokenizer: object, data: T
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("model", choices=sorted(TUNED))
-    parser.add_argument("--tuned-folder", type=Path, required=True)
-    parser.add_argument("--presets", default="generic,untuned,best")
+    parser.add_argument("--tuned-folder", type=Path, help="also score the tuned preset (written when absent)")
+    parser.add_argument("--presets", default="generic,untuned,best", help="comma-separated; '' for none")
+    parser.add_argument(
+        "--in-domain",
+        type=Path,
+        metavar="FILE",
+        help="also score `untuned` with its all-but-the-top fitted on the tune's fitting texts (written to FILE)",
+    )
     args = parser.parse_args()
     data = TuneData.build("quick")
     net, tokenizer = load_model(models.path(args.model))
     key = model_key(net.config.get_text_config())
-    if not (args.tuned_folder / "preset.json").is_file():
-        write_tuned(args.model, args.tuned_folder, net, tokenizer, data)
+    rows: list[tuple[str, str, dict]] = [(p, p, {}) for p in args.presets.split(",") if p]
+    if args.in_domain is not None:  # the fitting texts as a user's own texts: postprocess="fit:abtt:2@FILE"
+        args.in_domain.write_text("".join(json.dumps({"text": t}) + "\n" for t in data.fit_texts))
+        fit = {"postprocess": f"fit:abtt:2@{args.in_domain}"}
+        rows.append(("untuned, fitted on the tune's fitting texts", "untuned", fit))
+    if args.tuned_folder is not None:
+        if not (args.tuned_folder / "preset.json").is_file():
+            write_tuned(args.model, args.tuned_folder, net, tokenizer, data)
+        rows.append(("tuned", str(args.tuned_folder), {}))
     scorer = Scorer(None, data)  # type: ignore[arg-type]  # scores only: no cache is read
     print(
         f"| {args.model} preset | STS-B dev ({len(data.sts.gold)} pairs) | SciFact dev nDCG@10 | balanced | s |"
     )
     print("|---|---:|---:|---:|---:|")
     results = {}
-    for preset in [*args.presets.split(","), str(args.tuned_folder)]:
+    for label, preset, overrides in rows:
         tick = time.perf_counter()
-        row = dev_scores(preset, args.model, net, tokenizer, scorer, key, None)
-        label = "tuned" if preset == str(args.tuned_folder) else preset
+        row = dev_scores(preset, args.model, net, tokenizer, scorer, key, None, overrides)
         results[label] = {k: round(v, 2) for k, v in row.items() if k != "spec"}
         print(
             f"| {label} | {row['sts']:.2f} | {row['retrieval']:.2f} | {row['objective']:.2f} | "

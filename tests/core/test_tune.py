@@ -65,6 +65,29 @@ def test_tune_writes_a_folder_whose_spec_reproduces_its_dev_scores(
     assert candidate_rows and all(len(re.findall(r"(?<!\\)\|", line)) == 6 for line in candidate_rows)
 
 
+def test_dev_scores_of_a_preset_with_overrides_are_the_overridden_encoders(tiny_checkpoint, tiny_data_dir):
+    """``dev_scores`` (the report's compared presets; research/untuned_rule.py) with field overrides
+    scores the encoder those fields give, and ``max_length`` joins the overrides."""
+    from valuelens.loading import load_model
+    from valuelens.tuning import dev_scores
+
+    data = TuneData.build("quick", data_dir=tiny_data_dir)
+    net, tokenizer = load_model(tiny_checkpoint)
+    scorer = Scorer(None, data)  # type: ignore[arg-type]  # scores only
+    plain = dev_scores("generic", tiny_checkpoint, net, tokenizer, scorer, KEY, None)
+    row = dev_scores(
+        "generic", tiny_checkpoint, net, tokenizer, scorer, KEY, 300, {"recipe": "va", "prompt": None}
+    )
+    assert (
+        row["spec"]["recipe"] == "va" and row["spec"]["max_length"] == 300 and plain["spec"]["recipe"] != "va"
+    )
+    encoder = Encoder.from_pretrained(
+        tiny_checkpoint, preset="generic", recipe="va", prompt=None, max_length=300
+    )
+    sts, ret = _dev_scores(encoder, data)
+    assert row["sts"] == pytest.approx(sts, abs=1e-3) and row["retrieval"] == pytest.approx(ret, abs=1e-3)
+
+
 def test_the_search_computes_a_candidate_as_the_encoder_does(tiny_checkpoint, tiny_data_dir, tmp_path):
     """Band mean, EmbedFilter on a fused part, fusion weight and a fitted centering, from the cache,
     against the real encoder of the candidate's spec."""

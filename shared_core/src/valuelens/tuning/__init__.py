@@ -27,9 +27,10 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -264,11 +265,15 @@ def dev_scores(
     scorer: Scorer,
     key: tuple[str, int, int],
     max_length: int | None,
+    overrides: Mapping[str, Any] | None = None,
 ) -> dict:
     """An existing preset's dev scores, embedded by the real encoder (a row of the report; also used by
-    ``research/untuned_rule.py``). ``scorer`` only scores: its cache is not read."""
-    overrides = {} if max_length is None else {"max_length": max_length}
-    config = resolve(preset, key, overrides)
+    ``research/untuned_rule.py``, with ``overrides`` of the preset's fields). ``scorer`` only scores: its
+    cache is not read."""
+    fields = dict(overrides or {})
+    if max_length is not None:
+        fields["max_length"] = max_length
+    config = resolve(preset, key, fields)
     encoder = Encoder(net, tokenizer, config, name_or_path=name)  # type: ignore[arg-type]
     data = scorer.data
     vec = {
