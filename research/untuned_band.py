@@ -2,8 +2,9 @@
 
 Usage::
 
-    python research/untuned_band.py /tmp/runs/tune-smollm2-135m /tmp/runs/tune-gemma3-270m /tmp/runs/qwen-tune \
-        --signals research/rounds/untuned_band/segments --out research/rounds/untuned_band.md
+    python research/untuned_band.py /tmp/runs/tune-smollm2-135m /tmp/runs/tune-gemma3-270m /tmp/runs/qwen-tune-1500 \
+        --grids research/rounds/untuned_band/grids --signals research/rounds/untuned_band/segments \
+        --out research/rounds/untuned_band/table.md
 
 Each folder is written by ``valuelens tune MODEL -o DIR --keep-cache`` (a quick run, or a run over all
 STS-B dev pairs: the folder's ``data`` says which, and the dev data is rebuilt to match). From the cache,
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,13 +34,16 @@ import numpy as np
 from default_rule import FAMILY  # research/ on sys.path as a script
 from default_rule import Model as CacheModel
 
+from valuelens.layers import resolve_layers
+from valuelens.postprocess import Postprocess
 from valuelens.presets.table import UNTUNED
 from valuelens.tuning.search import MIN_BAND, Candidate, Part
 
 
 def rule_band(n: int) -> tuple[int, int]:
-    """The rule's band, ``70%-100%`` of the depth (layer ``round(p × (n − 1))``)."""
-    return round(0.7 * (n - 1)), n - 1
+    """The rule's band (``UNTUNED["layers"]``) on a model of ``n`` layers, as the encoder resolves it."""
+    layers = resolve_layers(UNTUNED["layers"], n)
+    return layers[0], layers[-1]
 
 
 def signal_bands(recall: list[float], n: int) -> dict[str, tuple[int, int]]:
@@ -84,21 +87,20 @@ class Model(CacheModel):
         main = _part(spec["recipe"], spec.get("drop_prefix", False), spec["layers"], spec.get("embed_filter"))
         fusion = spec["fusion"][0]
         fused = _part(fusion["recipe"], False, fusion["layers"], fusion.get("embed_filter"))
-        report = (self.folder.path / "report.md").read_text(encoding="utf-8")
-        chosen = re.search(r"^`([^`]*)` \(stage", report, re.MULTILINE)
-        post = re.search(r"~(\S+)", chosen.group(1)) if chosen else None
+        post = "none"
+        if spec.get("postprocess"):  # the kind the tune fitted, read from its saved state
+            state = Postprocess.load(self.folder.path / spec["postprocess"])
+            post = state.kind if state.kind != "abtt" else f"abtt:{state.k}"
         steps = [
             (
                 "tuned main part (its band for both parts)",
                 replace(start, main=main, fused=replace(start.fused, lo=main.lo, hi=main.hi)),
-            ),  # type: ignore[arg-type]
+            ),
         ]
         steps.append(
             ("+ tuned fused part and weight", replace(steps[-1][1], fused=fused, weight=fusion["weight"]))
         )
-        steps.append(
-            ("+ tuned post-processing", replace(steps[-1][1], post=post.group(1) if post else "none"))
-        )
+        steps.append(("+ tuned post-processing", replace(steps[-1][1], post=post)))
         steps.append(("+ tuned query side", replace(steps[-1][1], query_template=spec.get("query_template"))))
         steps.append(
             (
