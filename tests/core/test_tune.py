@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,84 @@ def test_dev_scores_of_a_preset_with_overrides_are_the_overridden_encoders(tiny_
     )
     sts, ret = _dev_scores(encoder, data)
     assert row["sts"] == pytest.approx(sts, abs=1e-3) and row["retrieval"] == pytest.approx(ret, abs=1e-3)
+
+
+def test_a_candidate_and_the_spec_it_stands_for_convert_both_ways():
+    """``Candidate.from_config`` inverts ``Candidate.fields`` (the post-processing apart), and turns down a
+    spec no candidate reads: a band with a gap, two fused parts, Token Prepending, a family not searched."""
+    family = {f.name: f for f in FAMILIES}
+    candidate = Candidate(
+        "futureeol",
+        Part(family["aligned-wva-dp"], 1, 3, 2.0),
+        Part(family["va"], 0, 2),
+        0.5,
+        "center",
+        query_template="prompteol",
+        lexical=0.1,
+        lexical_query=0.9,
+    )
+    config = EncoderConfig.from_dict({**candidate.fields(), "postprocess": "fit:center", "max_length": 64})
+    assert Candidate.from_config(config.resolved(*KEY), FAMILIES) == replace(candidate, post="none")
+    plain = Candidate(None, Part(family["hs"], 0, 1))
+    assert Candidate.from_config(EncoderConfig.from_dict(plain.fields()), FAMILIES) == plain
+    fields = plain.fields()
+    refused = [
+        {**fields, "layers": [0, 2]},
+        {
+            **fields,
+            "fusion": [{"recipe": "va", "layers": [1, 2]}, {"recipe": "aligned-va", "layers": [1, 2]}],
+        },
+        {**fields, "prepend_layers": [1]},
+        {**fields, "combine": "normalized-mean"},
+        {**fields, "recipe": "wva"},
+    ]
+    for spec in refused:
+        assert Candidate.from_config(EncoderConfig.from_dict(spec).resolved(*KEY), FAMILIES) is None, spec
+
+
+def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
+    tiny_checkpoint, tiny_data_dir, tmp_path, monkeypatch, caplog
+):
+    """``tune(compare=...)`` scores a preset whose readouts the cache holds (``untuned``: the quick mode's
+    prompt, its own first-use state and lexical part) from the cache, and what it finds is what the real
+    encoder gives; a preset under a prompt the quick mode does not cache (``generic``) is embedded, and
+    so is one whose real embeddings disagree with the cache's (here: a threshold no cosine reaches)."""
+    from valuelens import tuning
+    from valuelens.lexical import lexical_lens
+    from valuelens.loading import load_model
+
+    result = tune(
+        tiny_checkpoint,
+        tmp_path / "t",
+        data_dir=tiny_data_dir,
+        compare=["untuned", "generic"],
+        keep_cache=True,
+        show_progress=False,
+    )
+    cached, generic = result.references["untuned"], result.references["generic"]
+    assert cached["scored"] == "cache" and cached["check_min_cosine"] > 0.99
+    assert generic["scored"] == "encoder" and "check_min_cosine" not in generic
+    report = (tmp_path / "t" / "report.md").read_text()
+    assert "| untuned |" in report and "cache (real embeddings agree" in report
+    assert re.search(r"\| generic \|.*\| encoder \|", report)
+
+    data = TuneData.build("quick", data_dir=tiny_data_dir)
+    cache = LayerCache.open(
+        tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
+    )
+    net, tokenizer = load_model(tiny_checkpoint)
+    scorer = Scorer(cache, data, lexical=lexical_lens(Encoder(net, tokenizer, recipe="va")))
+    real = tuning.dev_scores("untuned", tiny_checkpoint, net, tokenizer, scorer, KEY, None)
+    assert real["scored"] == "encoder"
+    assert cached["sts"] == pytest.approx(real["sts"], abs=1.0)
+    assert cached["retrieval"] == pytest.approx(real["retrieval"], abs=1.0)
+    monkeypatch.setattr(tuning, "_MIN_AGREEMENT", 1.5)
+    with caplog.at_level(logging.WARNING, logger="valuelens.tuning"):
+        fallback = tuning.dev_scores(
+            "untuned", tiny_checkpoint, net, tokenizer, scorer, KEY, None, from_cache=True
+        )
+    assert fallback["scored"] == "encoder" and "disagrees with its real embeddings" in caplog.text
+    assert fallback["objective"] == pytest.approx(real["objective"], abs=1e-6)
 
 
 def test_the_search_computes_a_candidate_as_the_encoder_does(tiny_checkpoint, tiny_data_dir, tmp_path):

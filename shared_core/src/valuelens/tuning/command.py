@@ -130,6 +130,7 @@ def tune_command(
     for name, scores in result.references.items():
         typer.echo(
             f"  preset {name}: STS-B dev {scores['sts']:.2f}, SciFact dev nDCG@10 {scores['retrieval']:.2f}, "
-            f"{objective} {scores['objective']:.2f}"
+            f"{objective} {scores['objective']:.2f} "
+            f"({'from the cache' if scores.get('scored') == 'cache' else 'embedded'})"
         )
     typer.echo(f'use it: --preset {result.folder}  (or preset="{result.folder}")')

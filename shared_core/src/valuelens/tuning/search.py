@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
 from valuelens.evaluation.metrics import ndcg_at_k
@@ -109,6 +110,49 @@ class Candidate:
             query = "" if self.lexical_query is None else f"/{self.lexical_query:g}"
             text += f" +lex{self.lexical:g}{query}"
         return text if self.query_template is None else f"{text} q:{self.query_template!r}"
+
+    @classmethod
+    def from_config(cls, config: EncoderConfig, families: Sequence[Family]) -> Candidate | None:
+        """The candidate a resolved spec (:attr:`valuelens.Encoder.config`) stands for, its post-processing
+        and token limit aside (``post`` is ``"none"``: the spec's own state is applied apart), or ``None``
+        where the spec reads what no candidate does (another family, a band with gaps, two fused parts,
+        Token Prepending, ...): the inverse of :meth:`fields`, checked by a round trip through it.
+
+        Usage: ``Candidate.from_config(encoder.config, FAMILIES)``.
+        """
+
+        def part(recipe: str, drop_prefix: bool, layers: Any, tau: float | None) -> Part | None:
+            family = next((f for f in families if f.recipe == recipe and f.drop_prefix == drop_prefix), None)
+            if family is None or not isinstance(layers, tuple) or not layers:
+                return None
+            if layers != tuple(range(layers[0], layers[-1] + 1)):
+                return None
+            return Part(family, layers[0], layers[-1], tau)
+
+        main = part(config.recipe, config.drop_prefix, config.layers, config.embed_filter)
+        if main is None or len(config.fusion) > 1:
+            return None
+        fused, weight = None, 1.0
+        if config.fusion:
+            spec = config.fusion[0]
+            fused = part(spec.recipe, False, spec.layers, spec.embed_filter)
+            if fused is None:
+                return None
+            weight = spec.weight
+        candidate = cls(
+            config.prompt,
+            main,
+            fused,
+            weight,
+            query_template=config.query_template,
+            lexical=config.lexical,
+            lexical_query=config.lexical_query,
+        )
+        try:
+            again = EncoderConfig.from_dict(candidate.fields())
+        except ValueError:
+            return None
+        return candidate if again == config.replace(postprocess=None, max_length=None) else None
 
     def fields(self) -> dict[str, Any]:
         """The :class:`~valuelens.EncoderConfig` fields it stands for (``postprocess`` left out)."""
@@ -219,6 +263,19 @@ class Scorer:
         other = self.part_vectors(prompt, candidate.fused, set_name)
         fused = fuse([torch.from_numpy(main), torch.from_numpy(other)], [1.0, candidate.weight])
         return fused.numpy()
+
+    def holds(self, candidate: Candidate) -> bool:
+        """Whether the cache holds every readout the candidate reads on the dev sets (its prompt, its
+        queries' prompt, its parts' families), with its EmbedFilter and lexical part at hand."""
+        parts = [p for p in (candidate.main, candidate.fused) if p is not None]
+        families = [p.family for p in parts]
+        queries = candidate.prompt if candidate.query_template is None else candidate.query_template
+        return (
+            all(self.cache.has(candidate.prompt, families, name) for name in ("sts", "docs"))
+            and self.cache.has(queries, families, "queries")
+            and all(p.embed_filter is None or p.embed_filter in self.embed_filters for p in parts)
+            and (candidate.lexical is None or bool(self.lexical))
+        )
 
     def fit_post(self, candidate: Candidate, **extra: Any) -> Postprocess | None:
         """The candidate's post-processing fitted on its vectors of the fitting texts."""
