@@ -21,6 +21,12 @@ the lexical part at 0.2 / 0.95), the script scores
 next to the model's tuned objective. All-but-the-top is fitted on the tune's fitting texts (in-domain), as
 ``valuelens tune`` fits it, not on the package's corpus as the rule is at first use: the differences
 between bands are what this measures, not the rule's absolute score (docs/tuning.md has that).
+
+``--fit-parts FILE`` also writes which part of the fitting texts the in-domain all-but-the-top owes its
+lead over the package's corpus to: the rule's band, its all-but-the-top fitted on the tune's fitting
+texts, on their STS-B train sentences alone, on their SciFact documents alone, on the package's corpus
+(as at first use; embedded by the rule's real encoder, nothing fitted) and on the package's corpus with
+the tune's documents added.
 """
 
 from __future__ import annotations
@@ -34,9 +40,15 @@ import numpy as np
 from default_rule import FAMILY  # research/ on sys.path as a script
 from default_rule import Model as CacheModel
 
+from valuelens import models
+from valuelens.config import EncoderConfig
+from valuelens.encoder import Encoder
+from valuelens.first_use import corpus_texts
 from valuelens.layers import resolve_layers
+from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.table import UNTUNED
+from valuelens.tuning import data as tune_data
 from valuelens.tuning.search import MIN_BAND, Candidate, Part
 
 
@@ -80,6 +92,33 @@ class Model(CacheModel):
         row = self.scorer.score(candidate, "band")
         assert row is not None
         return row.sts, row.retrieval, row.objective
+
+    def fit_parts(self) -> list[tuple[str, float, float, float]]:
+        """The rule (its band) with all-but-the-top fitted on each part of the fitting texts (module
+        docstring): ``(fitted on, STS-B dev, SciFact dev nDCG@10, balanced)``."""
+        candidate = replace(self.rule(*rule_band(self.n)), post="none")
+        fit = self.scorer.raw_vectors(candidate, "fit")
+        n_sentences = tune_data.SIZES[self.folder.info.get("mode", "quick")]["fit_sentences"]
+        net, tokenizer = load_model(models.path(self.folder.model))
+        raw = {k: v for k, v in UNTUNED.items() if k not in ("postprocess", "lexical", "lexical_query")}
+        encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(raw))
+        texts, _ = corpus_texts(None, option="the package's corpus")
+        package = np.asarray(encoder.encode(texts))
+        parts = {
+            f"the tune's fitting texts ({len(fit)})": fit,
+            f"their STS-B train sentences ({n_sentences})": fit[:n_sentences],
+            f"their SciFact documents ({len(fit) - n_sentences})": fit[n_sentences:],
+            f"the package's corpus ({len(package)}; the default)": package,
+            "the package's corpus and the tune's documents": np.concatenate([package, fit[n_sentences:]]),
+        }
+        rows = []
+        for label, vectors in parts.items():
+            post = Postprocess.fit(vectors, kind="abtt", k=2)
+            sts = self.scorer.sts(self.scorer.vectors(candidate, "sts", post))
+            queries = self.scorer.vectors(candidate, "queries", post)
+            ret = self.scorer.retrieval(queries, self.scorer.vectors(candidate, "docs", post))
+            rows.append((label, sts, ret, self.scorer.combine(sts, ret)))
+        return rows
 
     def path(self, start: Candidate) -> list[tuple[str, Candidate]]:
         """From ``start`` (the rule) to the tuned candidate, one element of the tuned spec at a time."""
@@ -127,7 +166,12 @@ def main() -> None:
     parser.add_argument("--signals", type=Path, help="DIR with MODEL.json from `valuelens segments`")
     parser.add_argument("--out", type=Path, help="the table, as Markdown")
     parser.add_argument("--grids", type=Path, help="DIR for MODEL.json: every band's dev scores")
+    parser.add_argument("--fit-parts", type=Path, help="FILE: the rule fitted on each part (Markdown)")
     args = parser.parse_args()
+    fit_lines = [
+        "| model | all-but-the-top (2) fitted on | STS-B dev | SciFact dev nDCG@10 | balanced | gap to tuned |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     lines = [
         "| model | band | layers | STS-B dev | SciFact dev nDCG@10 | balanced | gap to tuned |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -171,11 +215,22 @@ def main() -> None:
             )
         lines.append(f"| | tuned `best` (its report) | | | | {model.tuned:.2f} | |")
         print("\n".join(lines[-len(bands) - 6 :]), flush=True)
+        if args.fit_parts is not None:
+            name = f"{model.folder.model} ({model.pairs} STS pairs)"
+            for label, sts, ret, obj in model.fit_parts():
+                fit_lines.append(
+                    f"| {name} | {label} | {sts:.2f} | {ret:.2f} | {obj:.2f} | {obj - model.tuned:+.2f} |"
+                )
+                name = ""
+            print("\n".join(fit_lines[-5:]), flush=True)
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(table)
+    if args.fit_parts is not None:
+        args.fit_parts.parent.mkdir(parents=True, exist_ok=True)
+        args.fit_parts.write_text("\n".join(fit_lines) + "\n")
 
 
 if __name__ == "__main__":
