@@ -86,7 +86,8 @@ class TuneResult:
     spec: dict
     best: Row
     references: dict[str, dict]
-    """Per preset of ``compare``: its dev ``sts``, ``retrieval``, ``objective`` and ``spec``."""
+    """Per preset of ``compare``: its dev ``sts``, ``retrieval``, ``objective``, ``spec`` and how it was
+    ``scored`` (:func:`dev_scores`)."""
     seconds: dict[str, float]
 
 
@@ -111,8 +112,9 @@ def tune(
 ) -> TuneResult:
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
-    ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data with the real
-    encoder, as rows of the report. ``distractors``: SciFact documents beside the dev queries' relevant
+    ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data, as rows of the
+    report: from the cache where it holds what a preset reads (checked against its real embeddings),
+    else with the real encoder. ``distractors``: SciFact documents beside the dev queries' relevant
     ones in the dev corpus (default: the mode's, :func:`~valuelens.tuning.data.sizes`). ``cache``:
     where the layer cache lives (default ``output/cache``, removed after the run unless ``keep_cache``;
     a folder given here is always kept). ``lexical``: try a lexical part (its default idf, :mod:`valuelens.lexical`) on
