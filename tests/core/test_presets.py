@@ -128,7 +128,7 @@ def test_a_preset_falls_back_to_the_untuned_rule_with_one_log_line_per_model(tmp
     lines = [r.getMessage() for r in caplog.records if "rule for untuned models" in r.getMessage()]
     assert len(lines) == 1, lines
     assert f"no tuned entry for {path} (llama, 4 layers, hidden size 64)" in lines[0]
-    assert "valuelens tune MODEL -o DIR" in lines[0]
+    assert "valuelens tune MODEL -o DIR" in lines[0] and "postprocess='fit:abtt:2@FILE'" in lines[0]
     caplog.clear()
     preset_config("generic", tmp_path / "m")
     preset_config("untuned", tmp_path / "m")

@@ -95,8 +95,9 @@ def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict
             logger.warning(
                 "preset %r: no tuned entry for %s, using the rule for untuned models (relative layer "
                 "band, all-but-the-top fitted once on a small corpus and cached: preset='untuned'); "
-                "tune one for this model with `valuelens tune MODEL -o DIR`, then pass preset=DIR "
-                "(docs/tuning.md)",
+                "postprocess='fit:abtt:2@FILE' fits it on your own texts instead (queries and documents "
+                "alike), and `valuelens tune MODEL -o DIR` tunes a preset for this model, then pass "
+                "preset=DIR (docs/tuning.md)",
                 name,
                 _describe(key, label),
             )
