@@ -49,6 +49,7 @@ from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.table import UNTUNED
 from valuelens.tuning import data as tune_data
+from valuelens.tuning.cache import FAMILIES
 from valuelens.tuning.search import MIN_BAND, Candidate, Part
 
 
@@ -122,13 +123,14 @@ class Model(CacheModel):
 
     def path(self, start: Candidate) -> list[tuple[str, Candidate]]:
         """From ``start`` (the rule) to the tuned candidate, one element of the tuned spec at a time."""
-        spec = self.folder.spec
-        main = _part(spec["recipe"], spec.get("drop_prefix", False), spec["layers"], spec.get("embed_filter"))
-        fusion = spec["fusion"][0]
-        fused = _part(fusion["recipe"], False, fusion["layers"], fusion.get("embed_filter"))
+        spec = dict(self.folder.spec)
+        reference = spec.pop("postprocess", None)
+        tuned = Candidate.from_config(EncoderConfig.from_dict(spec), FAMILIES)
+        assert tuned is not None and tuned.fused is not None, spec
+        main, fused = tuned.main, tuned.fused
         post = "none"
-        if spec.get("postprocess"):  # the kind the tune fitted, read from its saved state
-            state = Postprocess.load(self.folder.path / spec["postprocess"])
+        if reference:  # the kind the tune fitted, read from its saved state
+            state = Postprocess.load(self.folder.path / reference)
             post = state.kind if state.kind != "abtt" else f"abtt:{state.k}"
         steps = [
             (
@@ -137,14 +139,14 @@ class Model(CacheModel):
             ),
         ]
         steps.append(
-            ("+ tuned fused part and weight", replace(steps[-1][1], fused=fused, weight=fusion["weight"]))
+            ("+ tuned fused part and weight", replace(steps[-1][1], fused=fused, weight=tuned.weight))
         )
         steps.append(("+ tuned post-processing", replace(steps[-1][1], post=post)))
-        steps.append(("+ tuned query side", replace(steps[-1][1], query_template=spec.get("query_template"))))
+        steps.append(("+ tuned query side", replace(steps[-1][1], query_template=tuned.query_template)))
         steps.append(
             (
                 "+ tuned lexical weights (= tuned)",
-                replace(steps[-1][1], lexical=spec.get("lexical"), lexical_query=spec.get("lexical_query")),
+                replace(steps[-1][1], lexical=tuned.lexical, lexical_query=tuned.lexical_query),
             )
         )
         return steps
@@ -153,11 +155,6 @@ class Model(CacheModel):
 def _cell(text: str) -> str:
     """``text`` inside a Markdown table cell (its pipes escaped)."""
     return text.replace("|", "\\|")
-
-
-def _part(recipe: str, drop_prefix: bool, layers: list[int], embed_filter: float | None) -> Part:
-    family = "aligned-wva-dp" if recipe == "aligned-wva" and drop_prefix else recipe
-    return Part(FAMILY[family], min(layers), max(layers), embed_filter)
 
 
 def main() -> None:

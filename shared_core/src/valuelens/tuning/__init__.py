@@ -293,21 +293,11 @@ def dev_scores(
     config = resolve(preset, key, fields)
     encoder = Encoder(net, tokenizer, config, name_or_path=name)  # type: ignore[arg-type]
     data = scorer.data
-    row: dict[str, Any] = {"scored": "encoder"}
-    candidate = _cached_candidate(encoder, scorer) if from_cache else None
-    if candidate is not None:
-        agreement = _agreement(encoder, scorer, candidate, encoder.postprocess)
-        if agreement >= _MIN_AGREEMENT:
-            sets = ("sts", "queries", "docs")
-            vec = {s: scorer.vectors(candidate, s, encoder.postprocess) for s in sets}
-            row = {"scored": "cache", "check_min_cosine": round(agreement, 6)}
-        else:
-            logger.warning(
-                "preset %s: the tuning cache disagrees with its real embeddings (cosine %.4f): embedding the dev data",
-                preset,
-                agreement,
-            )
-    if row["scored"] == "encoder":
+    cached = _from_cache(preset, encoder, scorer) if from_cache else None
+    if cached is not None:
+        row, vec = cached
+    else:
+        row = {"scored": "encoder"}
         vec = {
             "sts": np.asarray(encoder.encode(list(data.sts.texts))),
             "queries": np.asarray(encoder.encode_query(list(data.retrieval.queries))),
@@ -324,10 +314,24 @@ def dev_scores(
     }
 
 
-def _cached_candidate(encoder: Encoder, scorer: Scorer) -> Candidate | None:
-    """The candidate the encoder's spec stands for, where the scorer's cache holds all it reads at the
-    same token limit; else ``None``."""
+def _from_cache(
+    preset: str, encoder: Encoder, scorer: Scorer
+) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """The row's provenance and the dev sets' vectors of the encoder's spec, computed from the scorer's
+    cache with the encoder's own fitted state, where the cache holds all the spec reads at the same
+    token limit and a few real embeddings agree with it (:func:`_agreement`); else ``None``."""
     if scorer.cache is None or encoder.max_length != scorer.cache.meta.get("max_length"):
         return None
     candidate = Candidate.from_config(encoder.config, FAMILIES)
-    return candidate if candidate is not None and scorer.holds(candidate) else None
+    if candidate is None or not scorer.holds(candidate):
+        return None
+    agreement = _agreement(encoder, scorer, candidate, encoder.postprocess)
+    if agreement < _MIN_AGREEMENT:
+        logger.warning(
+            "preset %s: the tuning cache disagrees with its real embeddings (cosine %.4f): embedding the dev data",
+            preset,
+            agreement,
+        )
+        return None
+    vec = {s: scorer.vectors(candidate, s, encoder.postprocess) for s in scorer.SETS}
+    return {"scored": "cache", "check_min_cosine": round(agreement, 6)}, vec
