@@ -37,8 +37,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from default_rule import FAMILY  # research/ on sys.path as a script
-from default_rule import Model as CacheModel
+from default_rule import (
+    FAMILY,  # research/ on sys.path as a script
+    Model as CacheModel,
+)
 
 from valuelens import models
 from valuelens.config import EncoderConfig

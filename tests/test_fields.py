@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from langchain_valuelens import ValueLensEmbeddings
 from llama_index.embeddings.valuelens import ValueLensEmbedding
-from valuelens.config import FIELDS, EncoderConfig
-from valuelens.settings import EncoderSettings, spec_descriptions
+from valuelens.config import FIELDS, EncoderConfig, field_descriptions
+from valuelens.settings import EncoderSettings
 from valuelens_sentence_transformers import ValuePooling
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def _plain(value):
 def test_pydantic_field_matches_the_config(name):
     field = EncoderSettings.model_fields[name]
     assert _plain(field.get_default(call_default_factory=True)) == _plain(CONFIG_DEFAULTS[name])
-    description = spec_descriptions()[name]
+    description = field_descriptions()[name]
     assert description and field.description == description
     assert field.frozen
 

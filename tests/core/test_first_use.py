@@ -14,8 +14,7 @@ import torch
 from tiny_models import CORPUS, save_tiny_model
 from valuelens import ConfigError, Encoder, EncoderConfig, fit_texts
 from valuelens.evaluation.tasks import default_data_dir
-from valuelens.first_use import CORPUS as CORPUS_FILE
-from valuelens.first_use import FIT_CACHE_ENV, FitRequest
+from valuelens.first_use import CORPUS as CORPUS_FILE, FIT_CACHE_ENV, FitRequest
 
 TEXTS = CORPUS[:6]
 FIELDS = {"recipe": "va", "layers": [1, 2], "prompt": None}

@@ -296,7 +296,7 @@ def test_bad_options_fail_before_any_model_loads(tiny_checkpoint, tiny_data_dir,
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("valuelens.tuning.load_model", refuse)
+    monkeypatch.setattr("valuelens.tuning.run.load_model", refuse)
     with pytest.raises(ConfigError, match="objective must be one of 'balanced', 'sts', 'retrieval'"):
         tune(tiny_checkpoint, tmp_path / "a", objective="speed", data_dir=tiny_data_dir)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="mode must be one of"):

@@ -3,7 +3,7 @@
 Each is raised by a forward hook on a decoder layer (CPU; no real memory is exhausted). Afterwards
 the model has no valuelens hook left, no capture is active, and it embeds as before. An OOM batch is
 split in halves down to one text (``Encoder._embed_chunk``); a text that does not fit on its own
-raises :class:`valuelens.errors.EncodeOutOfMemoryError` naming its index and length in tokens.
+raises :class:`valuelens.batching.EncodeOutOfMemoryError` naming its index and length in tokens.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 
 from reliability.support import Surface, hook_count
 from tiny_models import CORPUS
+from valuelens.batching import EncodeOutOfMemoryError
 from valuelens.capture import is_instrumented
-from valuelens.errors import EncodeOutOfMemoryError
 
 TEXTS = [f"{CORPUS[i % len(CORPUS)]} #{i}" for i in range(40)]  # two batches of 32 (default)
 

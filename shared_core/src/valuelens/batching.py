@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from valuelens import chunking
-from valuelens.errors import EncodeOutOfMemoryError
+from valuelens.errors import ValueLensError
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
 from valuelens.readout import Readout, average_passes
 from valuelens.tokenization import TokenizedText
@@ -40,7 +40,21 @@ from valuelens.tokenization import TokenizedText
 if TYPE_CHECKING:
     from valuelens.encoder import Encoder
 
-__all__ = ["SharedEncoding", "TruncationWarning", "encode_many", "plan_batches", "run_batches"]
+__all__ = [
+    "EncodeOutOfMemoryError",
+    "SharedEncoding",
+    "TruncationWarning",
+    "encode_many",
+    "plan_batches",
+    "run_batches",
+]
+
+
+class EncodeOutOfMemoryError(ValueLensError, torch.OutOfMemoryError):
+    """One text alone does not fit in memory, after its batch was split in halves down to it.
+
+    The message names the text's index in the caller's list and its length in tokens; it is still a
+    ``torch.OutOfMemoryError``, so existing ``except torch.OutOfMemoryError`` blocks catch it."""
 
 
 class TruncationWarning(UserWarning):

@@ -17,23 +17,26 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from valuelens.analysis.commands import register as _register_analysis
-from valuelens.config import LongText
-from valuelens.embedding_job import (
-    DEFAULT_CHUNK_SIZE,
-    EmbedJob,
-    JobInterrupted,
-    OnError,
-    job_spec,
-    read_input,
-)
+from valuelens.config import FIELDS
+from valuelens.embedding_job import DEFAULT_CHUNK_SIZE, JobInterrupted, OnError
 from valuelens.errors import ValueLensError
-from valuelens.io import check_output, read_vectors
-from valuelens.options import command_spec, fail, layers_arg
-from valuelens.recipes import get_recipe
+from valuelens.options import (
+    BatchOpt,
+    ConfigFileOpt,
+    DeviceOpt,
+    DTypeOpt,
+    ModelOpt,
+    PresetOpt,
+    SpecFields,
+    ThreadsOpt,
+    command_spec,
+    fail,
+    spec_options,
+    use_threads,
+)
 from valuelens.server.command import serve as _serve
 from valuelens.tuning.command import tune_command as _tune
 
@@ -50,17 +53,6 @@ DEMO_QUERIES = (
     "Why are borrowing costs going up?",
 )
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Bundled model name, local folder or hub id (default: smollm2-135m)."),
-]
-RecipeOpt = Annotated[
-    str,
-    typer.Option(
-        help="Recipe: va, aligned-va, hs, last-token, wmp, wva-lt, wva, aligned-wva, query, key, activation."
-    ),
-]
-LayersOpt = Annotated[str, typer.Option(help="Layers: auto, all, half, last, band, 20-27, 3,5,7.")]
 PromptOpt = Annotated[
     str | None,
     typer.Option(
@@ -68,86 +60,8 @@ PromptOpt = Annotated[
         "or a template with {text}."
     ),
 ]
-SpecPromptOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Prompt (default: none, or the preset's / config file's): prompteol, futureeol, echo, metaeol, "
-        "a template with {text}, or 'none' (turns a preset's prompt off)."
-    ),
-]
-SpecRecipeOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Recipe (default: va, or the preset's / config file's): va, aligned-wva, last-token, ..."
-    ),
-]
-SpecLayersOpt = Annotated[
-    str | None, typer.Option(help="Layers (default: auto): auto, all, half, last, band, 20-27, 3,5,7.")
-]
-PresetOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Start from a named spec for the model: 'best' (recommended: sentences and documents), "
-        "'sts' (short-sentence similarity alone), 'untuned' (the rule for models without a preset), 'generic' "
-        "(the paper's AlignedWVA), or a folder written by `valuelens tune`."
-    ),
-]
-ConfigFileOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        help="A JSON EncoderConfig (every field: prepend_layers, contrast_layer, fusion, postprocess, drop_prefix, ...).",
-    ),
-]
-PostprocessOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="A fitted post-processing state (.safetensors or builtin:NAME); 'none' turns a preset's off."
-    ),
-]
-DropPrefixOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--drop-prefix/--no-drop-prefix",
-        help="Last-token attention recipes: drop the prompt's head from the last token's attention "
-        "(default: the preset's / config file's, else off).",
-    ),
-]
-FilterOpt = Annotated[
-    float | None, typer.Option("--embed-filter", help="EmbedFilter tau (2 keeps half the dimensions).")
-]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: cuda if available).")]
-DTypeOpt = Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")]
-BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", min=1)]
-ThreadsOpt = Annotated[
-    str,
-    typer.Option(
-        help="CPU threads: auto (the idle part of this process's CPU share, at least 1: does not collapse "
-        "when other jobs share the CPUs), torch (torch's default, one per core) or a number."
-    ),
-]
-MaxLenOpt = Annotated[
-    int | None, typer.Option("--max-length", min=1, help="Token limit per text (default 512).")
-]
-LongTextOpt = Annotated[
-    LongText | None,
-    typer.Option(
-        "--long-text",
-        help="A text past --max-length: truncate (cut it, the prompt kept) or chunk (overlapping windows "
-        "under the prompt, their vectors averaged by tokens). Default: the spec's (truncate).",
-    ),
-]
-
-
-def _use_threads(threads: str) -> None:
-    """Set torch's CPU threads for this command (:func:`valuelens.cpu.parse_threads`)."""
-    from valuelens.cpu import parse_threads
-
-    count = parse_threads(threads)
-    if count is not None:
-        import torch
-
-        torch.set_num_threads(count)
+#: The spec fields ``valuelens search`` takes: they shape the queries only, so the stored documents stay valid.
+QUERY_FIELDS = ("query_template", "lexical_query")
 
 
 def _command() -> str:
@@ -175,9 +89,12 @@ def _embed(
     resume: bool = False,
     query: bool = False,
 ) -> None:
+    import numpy as np
     from tqdm.auto import tqdm
 
-    from valuelens import Encoder
+    from valuelens.embedding_job import EmbedJob, job_spec, read_input
+    from valuelens.encoder import Encoder
+    from valuelens.io import check_output
 
     check_output(output)  # a bad output fails before any text is read or embedded
     records = read_input(input_path, field=field, id_field=id_field, on_error=on_error, note=_note)
@@ -255,6 +172,7 @@ def _embed_ray(
 
 
 @app.command()
+@spec_options()
 def embed(
     input_path: Annotated[
         Path, typer.Argument(metavar="INPUT", help=".txt (one text per line), .jsonl, .csv or .parquet")
@@ -263,20 +181,12 @@ def embed(
     model: ModelOpt = None,
     preset: PresetOpt = None,
     config_file: ConfigFileOpt = None,
-    recipe: SpecRecipeOpt = None,
-    layers: SpecLayersOpt = None,
-    prompt: SpecPromptOpt = None,
-    embed_filter: FilterOpt = None,
-    postprocess: PostprocessOpt = None,
-    drop_prefix: DropPrefixOpt = None,
     field: Annotated[str, typer.Option(help="Text field/column of .jsonl/.csv/.parquet inputs.")] = "text",
     id_field: Annotated[str | None, typer.Option(help="Id field/column (default: the row number).")] = None,
     batch_size: BatchOpt = 32,
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
-    max_length: MaxLenOpt = None,
-    long_text: LongTextOpt = None,
     chunk_size: Annotated[
         int, typer.Option(min=1, help="Texts per saved chunk; an interrupted run resumes from the last one.")
     ] = DEFAULT_CHUNK_SIZE,
@@ -302,29 +212,19 @@ def embed(
             "(query_template, lexical_query), as encode_query does. Default: as documents.",
         ),
     ] = False,
+    *,
+    spec: SpecFields,
 ) -> None:
     """Embed every text of INPUT (L2-normalized) and write the vectors to OUTPUT.
 
     OUTPUT appears only when complete (written under a temporary name and renamed); finished chunks
     wait in a hidden folder beside it (.OUTPUT.partial) until then, for --resume."""
     try:
-        _use_threads(threads)
-        spec = command_spec(
-            model,
-            preset,
-            config_file,
-            recipe=recipe,
-            layers=None if layers is None else layers_arg(layers),
-            prompt=prompt,
-            embed_filter=embed_filter,
-            max_length=max_length,
-            long_text=long_text,
-            postprocess=postprocess,
-            drop_prefix=drop_prefix,
-        )
+        use_threads(threads)
+        config = command_spec(model, preset, config_file, spec)
     except (ValueLensError, ValueError, OSError) as exc:
         raise fail(exc) from exc
-    settings = {"model": model, **spec.to_dict()}
+    settings = {"model": model, **config.to_dict()}
     if use_ray:
         try:
             _embed_ray(
@@ -366,13 +266,22 @@ def embed(
         raise fail(exc) from exc
 
 
-def _search(embeddings: Path, queries: list[str], k: int, device: str | None = None) -> None:
-    from valuelens import Encoder
+def _search(
+    embeddings: Path,
+    queries: list[str],
+    k: int,
+    device: str | None = None,
+    query_fields: SpecFields | None = None,
+) -> None:
+    import numpy as np
+
+    from valuelens.config import FIELDS
+    from valuelens.encoder import Encoder
+    from valuelens.io import read_vectors
 
     vectors, _, texts, settings = read_vectors(embeddings)
-    from valuelens.config import FIELDS
-
     options: dict[str, Any] = {key: settings[key] for key in FIELDS if key in settings}  # the whole spec
+    options.update({key: value for key, value in (query_fields or {}).items() if value is not None})
     encoder = Encoder.from_pretrained(settings.get("model"), device=device, **options)
     # queries go through the spec's query side (query_template, lexical_query), as in every adapter
     scores = np.asarray(encoder.encode_query(queries, normalize=True)) @ vectors.T
@@ -383,6 +292,7 @@ def _search(embeddings: Path, queries: list[str], k: int, device: str | None = N
 
 
 @app.command()
+@spec_options(QUERY_FIELDS)
 def search(
     embeddings: Annotated[
         Path, typer.Argument(help="A .parquet (or .npy: hits shown by id) written by `valuelens embed`.")
@@ -390,15 +300,21 @@ def search(
     queries: Annotated[list[str], typer.Argument(help="One or more queries.")],
     k: Annotated[int, typer.Option("-k", min=1, help="Hits per query.")] = 3,
     device: DeviceOpt = None,
+    *,
+    spec: SpecFields,
 ) -> None:
-    """Semantic search: embed QUERIES with the settings stored in EMBEDDINGS and print the top-k texts."""
+    """Semantic search: embed QUERIES with the settings stored in EMBEDDINGS and print the top-k texts.
+
+    The queries go through the stored spec's query side; --query-template and --lexical-query change it
+    (the documents' vectors stay as they were embedded)."""
     try:
-        _search(embeddings, queries, k, device)
+        _search(embeddings, queries, k, device, spec)
     except (ValueLensError, ValueError, TypeError) as exc:
         raise fail(exc) from exc
 
 
 @app.command("eval")
+@spec_options(("max_length", "long_text"))
 def eval_(
     tasks: Annotated[
         list[str],
@@ -428,8 +344,8 @@ def eval_(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
-    max_length: MaxLenOpt = None,
-    long_text: LongTextOpt = None,
+    *,
+    spec: SpecFields,
 ) -> None:
     """Score recipes on local tasks with the MTEB metrics; recipes sharing a prompt share forward passes."""
     from valuelens.evaluation import evaluate, load_task, parse_task_spec
@@ -440,13 +356,15 @@ def eval_(
 
     command = _command()
     try:
-        _use_threads(threads)
+        use_threads(threads)
         variants = parse_variants(recipes)
         loaded = [(load_task(name), n) for name, n in (parse_task_spec(t, limit) for t in tasks)]
         for task, _ in loaded:
             task.check_split(split)  # before the model loads
         probe = load_probe(model, device=device, dtype=dtype)
-        encoders = variant_encoders(probe, variants, max_length=max_length, long_text=long_text)
+        encoders = variant_encoders(
+            probe, variants, max_length=spec["max_length"], long_text=spec["long_text"]
+        )
     except (ValueLensError, ValueError) as exc:
         raise fail(exc) from exc
     results = evaluate_variants(encoders, loaded, split=split, batch_size=batch_size, progress=_note)
@@ -495,11 +413,12 @@ def sweep(
     from valuelens.evaluation import load_task
     from valuelens.evaluation.compare import load_probe
     from valuelens.evaluation.sweep import LayerSweeper, sweep_stem
+    from valuelens.recipes import get_recipe
 
     command = _command()
     names = [r.strip() for r in recipe.split(",") if r.strip()]
     try:
-        _use_threads(threads)
+        use_threads(threads)
         task_obj = load_task(task)
         task_obj.check_split(split)
         for name in names:
@@ -532,7 +451,7 @@ def _fit(
 ) -> None:
     import time
 
-    from valuelens import Encoder
+    from valuelens.encoder import Encoder
     from valuelens.fitting import fit_texts
     from valuelens.io import unlabeled_texts
     from valuelens.postprocess import check_settings
@@ -560,6 +479,7 @@ def _fit(
 
 
 @app.command()
+@spec_options(tuple(name for name in FIELDS if name != "postprocess"))  # fitted on the raw vectors
 def fit(
     texts_file: Annotated[
         Path,
@@ -578,11 +498,6 @@ def fit(
     ] = None,
     model: ModelOpt = None,
     config_file: ConfigFileOpt = None,
-    recipe: SpecRecipeOpt = None,
-    layers: SpecLayersOpt = None,
-    prompt: SpecPromptOpt = None,
-    embed_filter: FilterOpt = None,
-    max_length: MaxLenOpt = None,
     field: Annotated[
         str,
         typer.Option(
@@ -596,24 +511,17 @@ def fit(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
+    *,
+    spec: SpecFields,
 ) -> None:
     """Fit a post-processing (valuelens.Postprocess) on the un-normalized embeddings of unlabeled TEXTS.
 
     Distinct texts only; fit on training text (e.g. ../shared/data/stsb/train.jsonl --field sentence1,sentence2),
     never on the texts a score is reported on. OUT stores the state with the encoder's spec."""
     try:
-        _use_threads(threads)
-        spec = command_spec(
-            model,
-            None,
-            config_file,
-            recipe=recipe,
-            layers=None if layers is None else layers_arg(layers),
-            prompt=prompt,
-            embed_filter=embed_filter,
-            max_length=max_length,
-        )
-        settings = {"model": model, **spec.replace(postprocess=None).to_dict()}
+        use_threads(threads)
+        config = command_spec(model, None, config_file, spec)
+        settings = {"model": model, **config.replace(postprocess=None).to_dict()}
         _fit(
             texts_file,
             out,
@@ -641,7 +549,7 @@ def demo(
 
     sample = Path(__file__).parent / "demo" / "sentences.txt"
     try:
-        _use_threads("auto")
+        use_threads("auto")
         typer.echo(f"model: {models.path(model)}")
         output = out_dir / "sentences.parquet"
         settings = {"model": model, **command_spec(model, "best", None).to_dict()}

@@ -13,14 +13,20 @@ these names and defaults (:data:`FIELDS`).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
+import itertools
 import math
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from valuelens.embed_filter import band
 from valuelens.errors import ConfigError, SpaceMismatchError
+from valuelens.filter_band import band
 from valuelens.layers import (
     NAMED_SPECS,
     LayerSpec,
@@ -41,6 +47,7 @@ __all__ = [
     "EncoderConfig",
     "FusionPart",
     "LongText",
+    "field_descriptions",
     "space_message",
 ]
 
@@ -421,6 +428,34 @@ class EncoderConfig:
             if not same:
                 found.append(f"{name}: {mine!r} != {theirs!r}")
         return found
+
+
+@functools.cache
+def field_descriptions() -> dict[str, str]:
+    """Each :class:`valuelens.EncoderConfig` field's description: its attribute docstring in ``config.py``
+    (the one place it is written), as Markdown-style text. Empty if the source cannot be read.
+
+    Usage: ``field_descriptions()["recipe"]`` → ``'The valuelens recipe (`"va"`, ...'``.
+    """
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[__name__]))
+    except (OSError, TypeError):  # no source (a frozen application): fields without descriptions
+        return {}
+    body = next(
+        node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "EncoderConfig"
+    )
+    found = {}
+    for field, doc in itertools.pairwise(body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant)
+            and isinstance(doc.value.value, str)
+        ):
+            text = " ".join(doc.value.value.split()).replace("``", "`")
+            found[field.target.id] = re.sub(r":\w+:`", "`", text)
+    return found
 
 
 #: The spec's field names, in declaration order (what every adapter exposes).

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from valuelens.errors import ConfigError
+from valuelens.filter_band import band
 
 CONFIG_NAME = "embed_filter.json"
 WEIGHTS_NAME = "embed_filter.safetensors"
@@ -82,25 +83,6 @@ def _spectrum(weight: Tensor) -> tuple[Tensor, Tensor]:
     with _SPECTRA_LOCK:
         _SPECTRA[key] = (weakref.ref(weight, _forget(key)), version, spectrum)
     return spectrum
-
-
-def band(hidden_size: int, tau: float, offset: int = 0) -> tuple[int, int]:
-    """The kept band ``[start, stop)`` of right singular vectors for ``tau`` and ``offset``."""
-    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau >= 1:
-        msg = f"tau must be a number >= 1 (tau=2 keeps half the dimensions), got {tau!r}"
-        raise ConfigError(msg)
-    k = int(hidden_size // tau)
-    if k < 1:
-        msg = f"tau={tau!r} keeps no dimension of a {hidden_size}-dim embedding"
-        raise ConfigError(msg)
-    start = (hidden_size - k) // 2 + int(offset)
-    if start < 0 or start + k > hidden_size:
-        msg = (
-            f"offset={offset!r} moves the band [{start}, {start + k}) outside the {hidden_size} singular "
-            f"directions: use |offset| <= {(hidden_size - k) // 2}"
-        )
-        raise ConfigError(msg)
-    return start, start + k
 
 
 def unembedding_weight(model: nn.Module) -> Tensor:

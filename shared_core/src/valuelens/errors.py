@@ -1,11 +1,12 @@
 """Exceptions raised by valuelens.
 
 Usage: ``except valuelens.errors.ValueLensError`` catches every error valuelens raises on purpose.
+
+No torch here (the command line and the spec import this module before any model code):
+:class:`valuelens.batching.EncodeOutOfMemoryError`, a ``torch.OutOfMemoryError`` too, lives where it is raised.
 """
 
 from __future__ import annotations
-
-import torch
 
 
 class ValueLensError(Exception):
@@ -37,10 +38,3 @@ class HubUnreachableError(ValueLensError, OSError):
 
 class ModelProvisioningError(ValueLensError, RuntimeError):
     """A bundled model could not be downloaded, checked or converted (the message names the fix)."""
-
-
-class EncodeOutOfMemoryError(ValueLensError, torch.OutOfMemoryError):
-    """One text alone does not fit in memory, after ``Encoder.run`` split its batch in halves down to it.
-
-    The message names the text's index in the caller's list and its length in tokens; it is still a
-    ``torch.OutOfMemoryError``, so existing ``except torch.OutOfMemoryError`` blocks catch it."""

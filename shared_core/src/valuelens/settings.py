@@ -22,21 +22,16 @@ the fields then describe what the encoder computes).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
-import inspect
-import itertools
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
-from valuelens import config as config_module
-from valuelens.config import FIELDS, Combine, EncoderConfig, LongText
+from valuelens.config import FIELDS, Combine, EncoderConfig, LongText, field_descriptions
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
 from valuelens.layers import resolve_layers
@@ -49,39 +44,11 @@ __all__ = [
     "adopt",
     "load_encoder",
     "prepare_fields",
-    "spec_descriptions",
     "spelling_hint",
 ]
 
 
-def spec_descriptions() -> dict[str, str]:
-    """Each :class:`valuelens.EncoderConfig` field's description: its attribute docstring in ``config.py``
-    (the one place it is written), as Markdown-style text. Empty if the source cannot be read.
-
-    Usage: ``spec_descriptions()["recipe"]`` → ``'The valuelens recipe (`"va"`, ...'``.
-    """
-    try:
-        tree = ast.parse(inspect.getsource(config_module))
-    except (OSError, TypeError):  # no source (a frozen application): fields without descriptions
-        return {}
-    body = next(
-        node.body for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "EncoderConfig"
-    )
-    found = {}
-    for field, doc in itertools.pairwise(body):
-        if (
-            isinstance(field, ast.AnnAssign)
-            and isinstance(field.target, ast.Name)
-            and isinstance(doc, ast.Expr)
-            and isinstance(doc.value, ast.Constant)
-            and isinstance(doc.value.value, str)
-        ):
-            text = " ".join(doc.value.value.split()).replace("``", "`")
-            found[field.target.id] = re.sub(r":\w+:`", "`", text)
-    return found
-
-
-_DESCRIPTIONS = spec_descriptions()
+_DESCRIPTIONS = field_descriptions()
 _CONFIG_FIELDS = {field.name: field for field in dataclasses.fields(EncoderConfig)}
 
 

@@ -7,8 +7,8 @@ Usage::
     valuelens segments lee --model smollm2-135m --limit 200 --out out/segments
 
 Each writes ``OUT.md``, ``OUT.json`` and ``OUT.png`` and prints the markdown. :func:`register` adds them
-to the main app (``valuelens.cli``); this module does not import ``valuelens.cli`` (no import cycle),
-so it keeps small equivalents of its option types and error helper.
+to the main app (``valuelens.cli``); the shared option types and error helper come from
+:mod:`valuelens.options`, as the main app's do.
 """
 
 from __future__ import annotations
@@ -16,38 +16,23 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from valuelens.errors import ValueLensError
+from valuelens.options import BatchOpt, DeviceOpt, DTypeOpt, ModelOpt, fail, layers_arg
 
 __all__ = ["lens", "register", "segments", "spectrum"]
 
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Bundled model name, local folder or hub id (default: smollm2-135m)."),
-]
-DeviceOpt = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: cuda if available).")]
-DTypeOpt = Annotated[str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")]
-BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", min=1)]
 CorpusHelp = (
     "stsb, lee, scifact, banking77, emotion (the benchmark sets' texts, docs/data.md), all, "
     "or a .txt file (one text per line)."
 )
 
 
-def _fail(exc: Exception) -> typer.Exit:
-    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
-    return typer.Exit(code=2)
-
-
 def _command() -> str:
     return "valuelens " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
-def _layers_arg(layers: str) -> Any:
-    return int(layers) if layers.lstrip("-").isdigit() else layers
 
 
 def _done(markdown: str, paths: list[Path]) -> None:
@@ -93,7 +78,7 @@ def lens(
         encoder = Encoder.from_pretrained(
             model,
             recipe=recipe,
-            layers=_layers_arg(layers),
+            layers=layers_arg(layers),
             prompt=prompt,
             max_length=max_length,
             device=device,
@@ -116,7 +101,7 @@ def lens(
         )
         paths = result.write(out, command=command)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     _done(result.to_markdown(command), paths)
 
 
@@ -164,7 +149,7 @@ def spectrum(
         )
         paths = result.write(out, command=command)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     _done(result.to_markdown(command), paths)
 
 
@@ -197,7 +182,7 @@ def segments(
             probe,
             texts,
             recipes=names,
-            layers=_layers_arg(layers),
+            layers=layers_arg(layers),
             limit=limit,
             seed=seed,
             max_length=max_length,
@@ -208,7 +193,7 @@ def segments(
         )
         paths = result.write(out, command=command)
     except (ValueLensError, ValueError) as exc:
-        raise _fail(exc) from exc
+        raise fail(exc) from exc
     _done(result.to_markdown(command), paths)
 
 

@@ -11,13 +11,23 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from valuelens.errors import ValueLensError
-from valuelens.options import command_spec, fail, layers_arg
+from valuelens.options import (
+    ConfigFileOpt,
+    DeviceOpt,
+    DTypeOpt,
+    ModelOpt,
+    PresetOpt,
+    SpecFields,
+    ThreadsOpt,
+    command_spec,
+    fail,
+    spec_options,
+)
 
 __all__ = ["serve"]
 
@@ -40,29 +50,11 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+@spec_options()
 def serve(
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model", "-m", help="Bundled model name, local folder or hub id (default: smollm2-135m)."
-        ),
-    ] = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(help="A named spec for the model: best, sts, generic, or a `valuelens tune` folder."),
-    ] = None,
-    config_file: Annotated[Path | None, typer.Option("--config", help="A JSON EncoderConfig.")] = None,
-    recipe: Annotated[str | None, typer.Option(help="Recipe (default: va, or the preset's).")] = None,
-    layers: Annotated[
-        str | None, typer.Option(help="Layers: auto, all, half, last, band, 20-27, 3,5,7.")
-    ] = None,
-    prompt: Annotated[str | None, typer.Option(help="Prompt: prompteol, ..., a template, or 'none'.")] = None,
-    embed_filter: Annotated[float | None, typer.Option("--embed-filter", help="EmbedFilter tau.")] = None,
-    postprocess: Annotated[
-        str | None, typer.Option(help="A fitted post-processing state; 'none' turns a preset's off.")
-    ] = None,
-    drop_prefix: Annotated[bool | None, typer.Option("--drop-prefix/--no-drop-prefix")] = None,
-    max_length: Annotated[int | None, typer.Option(min=1, help="Token limit per text (default 512).")] = None,
+    model: ModelOpt = None,
+    preset: PresetOpt = None,
+    config_file: ConfigFileOpt = None,
     served_name: Annotated[
         str | None, typer.Option(help="The model name clients send (default: the --model string).")
     ] = None,
@@ -99,11 +91,11 @@ def serve(
         typer.Option("--cors-origin", help="Allow this browser origin (repeatable; default: none)."),
     ] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalize.")] = True,
-    device: Annotated[
-        str | None, typer.Option(help="cpu, cuda, cuda:1 ... (default: cuda if available).")
-    ] = None,
-    dtype: Annotated[str | None, typer.Option(help="float32, bfloat16, float16.")] = None,
-    threads: Annotated[str, typer.Option(help="CPU threads: auto, torch or a number.")] = "auto",
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
+    threads: ThreadsOpt = "auto",
+    *,
+    spec: SpecFields,
 ) -> None:
     """Serve the encoder over HTTP as an OpenAI-compatible embeddings API (POST /v1/embeddings)."""
     from valuelens.cpu import parse_threads
@@ -111,18 +103,7 @@ def serve(
 
     try:
         count = parse_threads(threads)
-        spec = command_spec(
-            model,
-            preset,
-            config_file,
-            recipe=recipe,
-            layers=None if layers is None else layers_arg(layers),
-            prompt=prompt,
-            embed_filter=embed_filter,
-            max_length=max_length,
-            postprocess=postprocess,
-            drop_prefix=drop_prefix,
-        )
+        config = command_spec(model, preset, config_file, spec)
         limits = Limits(
             max_batch_tokens=max_batch_tokens,
             max_wait_ms=max_wait_ms,
@@ -153,9 +134,10 @@ def serve(
             import torch
 
             torch.set_num_threads(count)
-        from valuelens import Encoder, models
+        from valuelens import models
+        from valuelens.encoder import Encoder
 
-        encoder = Encoder.from_pretrained(model, device=device, dtype=dtype, **spec.to_dict())
+        encoder = Encoder.from_pretrained(model, device=device, dtype=dtype, **config.to_dict())
         name = served_name or model or models.DEFAULT_MODEL
         app = create_app(
             encoder,
@@ -169,8 +151,8 @@ def serve(
         sock.close()
         raise fail(exc) from exc
     bound_host, bound_port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
-    server = _server_class(uvicorn)(config)
+    settings = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", server_header=False)
+    server = _server_class(uvicorn)(settings)
     typer.echo(
         f"valuelens serve: {name!r} ({encoder.dimension} dims) on http://{bound_host}:{bound_port} "
         f"(pid {os.getpid()})",

@@ -16,12 +16,17 @@ from typing import Annotated
 import typer
 
 from valuelens.errors import ValueLensError
-from valuelens.options import fail
+from valuelens.options import DeviceOpt, DTypeOpt, SpecFields, ThreadsOpt, fail, spec_options, use_threads
 from valuelens.tuning.data import OBJECTIVE_MEANING
 
-__all__ = ["tune_command"]
+__all__ = ["FIXED_FIELDS", "tune_command"]
+
+#: The spec fields ``valuelens tune`` takes as given (the preset it writes carries them); it chooses the
+#: others it varies (:data:`valuelens.tuning.search.CHOSEN_FIELDS`) and leaves the rest at their defaults.
+FIXED_FIELDS = ("max_length",)
 
 
+@spec_options(FIXED_FIELDS)
 def tune_command(
     model: Annotated[
         str,
@@ -61,17 +66,12 @@ def tune_command(
             help="An existing preset (best, sts, a folder) to score on the same dev data, for the report; repeatable."
         ),
     ] = None,
-    max_length: Annotated[
-        int | None, typer.Option("--max-length", min=1, help="Token limit per text (default 512).")
-    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="The benchmark data folder (default: $VALUELENS_DATA_DIR or ../shared/data)."),
     ] = None,
-    device: Annotated[str | None, typer.Option(help="cpu, cuda, ... (default: cuda if available).")] = None,
-    dtype: Annotated[
-        str | None, typer.Option(help="float32, bfloat16, float16 (default: float32 on CPU).")
-    ] = None,
+    device: DeviceOpt = None,
+    dtype: DTypeOpt = None,
     cache: Annotated[
         Path | None,
         typer.Option(
@@ -88,21 +88,18 @@ def tune_command(
             help="Try a lexical part (the texts' tokens through the input embeddings, no forward pass) on the finalists.",
         ),
     ] = True,
-    threads: Annotated[str, typer.Option(help="CPU threads: auto, torch or a number.")] = "auto",
+    threads: ThreadsOpt = "auto",
+    *,
+    spec: SpecFields,
 ) -> None:
     """Tune a preset for MODEL on dev data (STS-B dev, SciFact's dev split) and write it to OUT.
 
     One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion,
     post-processing, query side and lexical part is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
-    from valuelens.cpu import parse_threads
     from valuelens.tuning import tune
 
     try:
-        count = parse_threads(threads)
-        if count is not None:
-            import torch
-
-            torch.set_num_threads(count)
+        use_threads(threads)
         result = tune(
             model,
             out,
@@ -111,7 +108,7 @@ def tune_command(
             corpus=corpus,
             distractors=distractors,
             compare=tuple(compare or ()),
-            max_length=max_length,
+            max_length=spec["max_length"],
             data_dir=data_dir,
             device=device,
             dtype=dtype,

@@ -45,6 +45,7 @@ from valuelens.tuning.cache import Family, LayerCache
 from valuelens.tuning.data import OBJECTIVES, Objective, TuneData
 
 __all__ = [
+    "CHOSEN_FIELDS",
     "FUSION_WEIGHTS",
     "LEXICAL_WEIGHTS",
     "MIN_BAND",
@@ -182,6 +183,23 @@ class Candidate:
             if self.lexical_query is not None:
                 spec["lexical_query"] = self.lexical_query
         return spec
+
+
+#: The spec fields a tuning run chooses (what :meth:`Candidate.fields` writes, plus the fitted state);
+#: ``valuelens tune`` takes :data:`valuelens.tuning.command.FIXED_FIELDS` as given and leaves the rest at
+#: their defaults.
+CHOSEN_FIELDS = (
+    "recipe",
+    "layers",
+    "prompt",
+    "embed_filter",
+    "drop_prefix",
+    "fusion",
+    "query_template",
+    "lexical",
+    "lexical_query",
+    "postprocess",
+)
 
 
 @dataclass(frozen=True)
