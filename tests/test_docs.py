@@ -93,3 +93,71 @@ def test_the_architecture_table_lists_every_core_module():
     }
     assert modules - table == set(), "modules missing from docs/architecture.md's table"
     assert table - modules == set(), "rows of docs/architecture.md's table name no module"
+
+
+#: The pages whose relative links are checked: the user docs and the research record.
+LINKED_PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "research").rglob("*.md")),
+]
+_CODE = re.compile(r"^(```|~~~).*?^\1[^\n]*$|`[^`\n]*`", re.S | re.M)
+_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
+
+
+def _anchors(text: str) -> set[str]:
+    """The heading anchors of a page as GitHub makes them: lower case, punctuation dropped, spaces to
+    hyphens, ``-1``, ``-2`` ... on repeats."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in _HEADING.findall(re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.S | re.M)):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    """The relative links of a markdown page (code blocks and spans left out) whose file is missing, or
+    whose ``#anchor`` names no heading of the markdown page it points to."""
+    text = page.read_text(encoding="utf-8")
+    problems = []
+    for target in _LINK.findall(_CODE.sub("", text)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.exists():
+            problems.append(f"{page.relative_to(root)}: {target} (no such file)")
+        elif (
+            anchor
+            and resolved.suffix == ".md"
+            and anchor not in _anchors(resolved.read_text(encoding="utf-8"))
+        ):
+            problems.append(f"{page.relative_to(root)}: {target} (no such heading)")
+    return problems
+
+
+def test_link_check_finds_missing_files_and_headings(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.md").write_text("# B page\n\n## The `best` preset: retrieval\n", encoding="utf-8")
+    page = tmp_path / "a.md"
+    page.write_text(
+        "[ok](sub/b.md) [ok](sub/b.md#the-best-preset-retrieval) ![img](sub/) [web](https://x.org/a.md)\n"
+        "[gone](sub/c.md) [bad anchor](sub/b.md#nothing) `[code](nowhere.md)`\n\n```\n[code](nowhere.md)\n```\n",
+        encoding="utf-8",
+    )
+    assert broken_links(page, tmp_path) == [
+        "a.md: sub/c.md (no such file)",
+        "a.md: sub/b.md#nothing (no such heading)",
+    ]
+
+
+def test_relative_links_resolve():
+    """Every relative link of README.md, docs/*.md and research/**/*.md names a file that exists (and a
+    heading of it, for a markdown page with an ``#anchor``)."""
+    problems = [line for page in LINKED_PAGES for line in broken_links(page)]
+    assert not problems, "\n".join(problems)
