@@ -61,6 +61,50 @@ def test_output_comparison_tolerates_rounding_only():
     assert tool.differences("True", "False")
 
 
+QUOTING_PAGE = """```python
+print("pair", 0.398, "unrelated", -0.021, 0.02)
+```
+
+Output:
+
+```text
+pair 0.398 unrelated -0.021 0.02
+```
+
+<!-- quotes-output -->
+The pair scores 0.40 (`abtt:4` and [a link](v2/x.md) are no quotes), the unrelated texts −0.02 and
+0.02, far below all-MiniLM-L6-v2 on STS-B.
+
+Not marked: 0.43.
+"""
+
+
+def test_quoted_numbers_must_appear_in_the_output_blocks():
+    """A marked paragraph may quote only what an output block shows, rounded to the digits it quotes."""
+    tool = _docs_outputs()
+    assert tool.quoting_paragraphs(QUOTING_PAGE)[0].startswith("The pair scores 0.40")
+    assert not tool.quote_differences(QUOTING_PAGE)  # 0.40 ~ 0.398, −0.02 ~ -0.021; L6, v2 are names
+    drifted = QUOTING_PAGE.replace("scores 0.40", "scores only about 0.43").replace("−0.02 and", "0.81 and")
+    assert tool.quote_differences(drifted) == [
+        "the text quotes 0.43, which no output block of the page shows",
+        "the text quotes 0.81, which no output block of the page shows",
+    ]
+    assert tool.quote_differences(QUOTING_PAGE.replace("scores 0.40", "scores −0.40"))  # the sign counts
+
+
+def test_the_pages_quote_only_numbers_their_output_blocks_show():
+    """Pure text: the marked paragraphs of the pages with printed outputs against their output blocks
+    (``python tools/docs_outputs.py --check`` reports the same)."""
+    tool = _docs_outputs()
+    assert tool.quoting_paragraphs((ROOT / "README.md").read_text(encoding="utf-8")), "README.md marks none"
+    problems = [
+        f"{page}: {line}"
+        for page in tool.PAGES
+        for line in tool.quote_differences((ROOT / page).read_text(encoding="utf-8"))
+    ]
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "page", ["README.md", "docs/sentence-transformers.md", "docs/langchain.md", "docs/llama-index.md"]
