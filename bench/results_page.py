@@ -448,11 +448,17 @@ def update_blocks(page: Path, blocks: dict[tuple[str, str], list[str]]) -> None:
     page.write_text(text, encoding="utf-8")
 
 
-def main() -> None:
+def sts_scores() -> Scores:
+    """The STS reports' scores per model, with the last_hidden_state rows of their own run."""
     sts = {m: _scores(RESULTS / f"{m}-sts.json") for m in MODELS if (RESULTS / f"{m}-sts.json").exists()}
     for m in sts:  # the last_hidden_state rows come from their own run on the same tasks
         if (RESULTS / f"{m}-final.json").exists():
             sts[m].update(_scores(RESULTS / f"{m}-final.json"))
+    return sts
+
+
+def main() -> None:
+    sts = sts_scores()
     # MetaEOL runs on a sample of STS-B test, with the one-pass recipes it is compared with on the same sample
     meta_files = {m: RESULTS / f"{m}-meta.json" for m in MODELS if (RESULTS / f"{m}-meta.json").exists()}
     meta = {m: _scores(path) for m, path in meta_files.items()}
