@@ -1,6 +1,6 @@
 """Why the all-layer HS mean can score 0 on SciFact: one massive coordinate, and document length.
 
-Usage: ``python bench/massive_activations.py smollm2-135m gemma3-270m qwen2.5-0.5b --out docs/results/massive-activations``
+Usage: ``python bench/massive_activations.py smollm2-135m gemma3-270m qwen2.5-0.5b --out research/results/massive-activations``
 
 On the seeded ``scifact:20`` sample that ``valuelens eval`` scores (20 queries, 200 documents), for the
 HS mean over all layers, the HS mean over the auto layers and VA, one shared forward pass per batch:

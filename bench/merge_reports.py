@@ -1,6 +1,6 @@
 """Join `valuelens eval` reports of one model that scored different tasks into one report.
 
-Usage: ``python bench/merge_reports.py A.json B.json --out docs/results/MODEL-other``
+Usage: ``python bench/merge_reports.py A.json B.json --out research/results/MODEL-other``
 
 With ``--rerun``, a later report's tasks replace the same tasks of the earlier ones (a task rerun after
 a fix); the joined report says which tasks were replaced. Without it a repeated task is an error.

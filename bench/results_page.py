@@ -1,9 +1,13 @@
-"""Assemble docs/results.md from the reports that bench/run_results.sh writes into docs/results/.
+"""Assemble the results pages from the reports that bench/run_results.sh writes into research/results/.
 
 Usage: ``python bench/results_page.py`` (after ``bash bench/run_results.sh``).
 
-Every number on the page is read from those reports (each starts with the command that produced it);
-the "targets" section is computed here from the same JSON files.
+Writes the full record, research/results/README.md (every report, the hand-written sections
+``tuned.md`` and ``presets.md``, the targets), and the generated blocks of the user page
+docs/results.md (between its ``results`` and ``presets`` markers: the recipes at a glance, the
+bundled presets on test splits) and of README.md (the recipes at a glance). Every number is read
+from those reports (each starts with the command that produced it); the "targets" section is
+computed here from the same JSON files.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
+RESULTS = ROOT / "research" / "results"
+FULL_PAGE = RESULTS / "README.md"  # the full record
+USER_PAGE = ROOT / "docs" / "results.md"  # the short page: only its marked blocks are written
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-0.5b"]
 # reports that ran single-threaded beside another job (their times are slower than the others')
 SIDE_BY_SIDE = ("gemma3-270m-other",)
@@ -296,6 +302,105 @@ GLANCE = {
     REF: "all-MiniLM-L6-v2 (trained reference)",
 }
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+PRESETS_START, PRESETS_END = "<!-- presets:start -->", "<!-- presets:end -->"
+
+#: The bundled presets as they ship now, each with the reports (in RESULTS) that scored it on test
+#: splits: (model, preset label in the report, {task: report name}). When a preset changes, its runs
+#: are redone and named here.
+HEADLINE = (
+    (
+        "smollm2-135m",
+        "best",
+        {
+            "stsb": "smollm2-135m-wordidf-best-test",
+            "lee": "smollm2-135m-wordidf-best-test",
+            "scifact": "smollm2-135m-wordidf-best-scifact-test",
+        },
+    ),
+    (
+        "smollm2-135m",
+        "sts",
+        {"stsb": "smollm2-135m-tuned-presets-test", "lee": "smollm2-135m-tuned-presets-test"},
+    ),
+    (
+        "smollm2-135m",
+        "untuned",
+        {"stsb": "smollm2-135m-wordidf-untuned-test", "scifact": "smollm2-135m-wordidf-untuned-test"},
+    ),
+    (
+        "gemma3-270m",
+        "best",
+        {
+            "stsb": "gemma3-270m-wordidf-best-test",
+            "lee": "gemma3-270m-wordidf-best-test",
+            "scifact": "gemma3-270m-wordidf-best-scifact-test",
+        },
+    ),
+    (
+        "gemma3-270m",
+        "sts",
+        {"stsb": "gemma3-270m-tuned-presets-test", "lee": "gemma3-270m-tuned-presets-test"},
+    ),
+    (
+        "gemma3-270m",
+        "untuned",
+        {"stsb": "gemma3-270m-wordidf-untuned-test", "scifact": "gemma3-270m-wordidf-untuned-test"},
+    ),
+    (
+        "qwen2.5-coder-0.5b",
+        "best",
+        {
+            "stsb": "qwen2.5-coder-0.5b-wordidf-best-test",
+            "lee": "qwen2.5-coder-0.5b-wordidf-best-test",
+            "scifact": "qwen2.5-coder-0.5b-wordidf-best-scifact-test",
+        },
+    ),
+    (
+        "qwen2.5-coder-0.5b",
+        "sts",
+        {"stsb": "qwen2.5-coder-0.5b-sts-all-pairs-test", "lee": "qwen2.5-coder-0.5b-sts-all-pairs-test"},
+    ),
+)
+#: The trained reference's row: its STS scores from the STS reports, SciFact from a full-corpus run.
+HEADLINE_REF = {
+    "stsb": "smollm2-135m-sts",
+    "lee": "smollm2-135m-sts",
+    "scifact": "smollm2-135m-wordidf-best-scifact-test",
+}
+PRESET_NAMES = {
+    "best": "`best` (retrieval and mixed use)",
+    "sts": "`sts` (sentence similarity)",
+    "untuned": "`untuned` (the rule for models without a preset)",
+}
+
+
+def presets_headline(results: Path = RESULTS, link: str = "../research/results/") -> list[str]:
+    """The bundled presets' test scores next to all-MiniLM-L6-v2 (STS-B, Lee, SciFact over the full
+    corpus and its share of MiniLM's nDCG@10), each row linking the reports it is read from."""
+    cache: dict[str, Scores] = {}
+
+    def score(report: str, label: str, task: str) -> float | None:
+        if report not in cache:
+            path = results / f"{report}.json"
+            cache[report] = _scores(path) if path.exists() else {}
+        return cache[report].get(label, {}).get(task)
+
+    ref_scifact = score(HEADLINE_REF["scifact"], REF, "scifact")
+
+    def row(model: str, name: str, label: str, reports: dict[str, str]) -> str:
+        cells = [score(reports[t], label, t) if t in reports else None for t in ("stsb", "lee", "scifact")]
+        scifact = cells[2]
+        share = "–" if scifact is None or not ref_scifact else f"{100 * scifact / ref_scifact:.1f} %"
+        runs = ", ".join(f"[{r}]({link}{r}.md)" for r in dict.fromkeys(reports.values()))
+        return f"| {model} | {name} | " + " | ".join(_fmt(c) for c in cells) + f" | {share} | {runs} |"
+
+    lines = [
+        "| model | preset | STS-B test | Lee | SciFact nDCG@10 | share of MiniLM's nDCG@10 | runs |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    lines += [row(m, PRESET_NAMES[label], label, reports) for m, label, reports in HEADLINE]
+    lines.append(row("all-MiniLM-L6-v2", "trained reference", REF, HEADLINE_REF))
+    return lines
 
 
 def glance(sts: Scores) -> list[str]:
@@ -315,31 +420,45 @@ def glance(sts: Scores) -> list[str]:
 
 
 def _section(path: Path) -> list[str]:
-    """A hand-written section kept in its own file (``docs/results/tuned.md``: the tuned presets on
-    test splits; ``docs/results/presets.md``: the hand-tuned preset table; each with its commands and
-    what it shows), or nothing when the file is absent."""
+    """A hand-written section kept in its own file (``research/results/tuned.md``: the tuned presets on
+    test splits; ``research/results/presets.md``: the hand-tuned preset table; each with its commands and
+    what it shows; its links are relative to research/results/), or nothing when the file is absent."""
     if not path.exists():
         return []
     return [path.read_text(encoding="utf-8").strip(), ""]
 
 
-def update_readme(table: list[str]) -> None:
-    """Replace the block between the README's results markers with ``table``."""
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    if README_START not in text or README_END not in text:
+def with_block(text: str, start: str, end: str, lines: list[str]) -> str:
+    """``text`` with the block between its ``start`` and ``end`` markers replaced by ``lines`` (unchanged
+    when it lacks either marker)."""
+    if start not in text or end not in text:
+        return text
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head + "\n".join([start, *lines, end]) + tail
+
+
+def update_blocks(page: Path, blocks: dict[tuple[str, str], list[str]]) -> None:
+    """Write each generated block of ``page`` between its markers; the rest of the page is hand-written."""
+    if not page.exists():
         return
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    block = "\n".join([README_START, *table, README_END])
-    readme.write_text(head + block + tail, encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    for (start, end), lines in blocks.items():
+        text = with_block(text, start, end, lines)
+    page.write_text(text, encoding="utf-8")
 
 
-def main() -> None:
+def sts_scores() -> Scores:
+    """The STS reports' scores per model, with the last_hidden_state rows of their own run."""
     sts = {m: _scores(RESULTS / f"{m}-sts.json") for m in MODELS if (RESULTS / f"{m}-sts.json").exists()}
     for m in sts:  # the last_hidden_state rows come from their own run on the same tasks
         if (RESULTS / f"{m}-final.json").exists():
             sts[m].update(_scores(RESULTS / f"{m}-final.json"))
+    return sts
+
+
+def main() -> None:
+    sts = sts_scores()
     # MetaEOL runs on a sample of STS-B test, with the one-pass recipes it is compared with on the same sample
     meta_files = {m: RESULTS / f"{m}-meta.json" for m in MODELS if (RESULTS / f"{m}-meta.json").exists()}
     meta = {m: _scores(path) for m, path in meta_files.items()}
@@ -349,14 +468,15 @@ def main() -> None:
     }
     side_by_side = [f"`{r}`" for r in SIDE_BY_SIDE if (RESULTS / f"{r}.json").exists()]
     parts = [
-        "# Results",
+        "# Results: the full record",
         "",
-        "Every table below is a report written by `valuelens eval` (the command that produced it is",
-        "printed above it; `bash bench/run_results.sh` reruns them all, `python bench/results_page.py`",
-        "rebuilds this page). Scores are ×100 on the **test** splits of the benchmark sets ([docs/data.md](data.md); MTEB metrics:",
+        "The short version, for users: [docs/results.md](../../docs/results.md). Every table below is a",
+        "report written by `valuelens eval` (the command that produced it is printed above it; each report",
+        "is a file in this folder; `bash bench/run_results.sh` reruns them all, `python bench/results_page.py`",
+        "rebuilds this page). Scores are ×100 on the **test** splits of the benchmark sets ([docs/data.md](../../docs/data.md); MTEB metrics:",
         "Spearman for STS-B and Lee, accuracy for classification, V-measure for clustering, MAP for",
         "reranking, AP for pair classification, nDCG@10 for SciFact). Layer defaults (`auto`) were chosen on",
-        "STS-B **dev** with `valuelens sweep` (docs/sweeps/). CPU, float32, 2 cores. Times (ms per text)",
+        "STS-B **dev** with `valuelens sweep` ([research/sweeps/](../sweeps/)). CPU, float32, 2 cores. Times (ms per text)",
         "compare recipes within one report only"
         + (
             f": {', '.join(side_by_side)} ran single-threaded, each beside another job (`OMP_NUM_THREADS=1`)."
@@ -434,8 +554,11 @@ def main() -> None:
             report = RESULTS / f"{m}-{kind}.md"
             if report.exists():
                 parts += [f"## {m}: {title}", "", report.read_text().strip(), ""]
-    (ROOT / "docs" / "results.md").write_text("\n".join(parts) + "\n", encoding="utf-8")
-    update_readme(glance(sts))
+    FULL_PAGE.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    update_blocks(
+        USER_PAGE, {(README_START, README_END): glance(sts), (PRESETS_START, PRESETS_END): presets_headline()}
+    )
+    update_blocks(ROOT / "README.md", {(README_START, README_END): glance(sts)})
     print("\n".join(targets(sts, meta)))
 
 

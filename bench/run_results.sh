@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/results/*.{md,json}: every table in docs/results.md comes from these commands.
+# Regenerates research/results/*.{md,json}: every table of research/results/README.md (and the tables of docs/results.md and README.md) comes from these commands.
 # Usage: bash bench/run_results.sh [sts|final|meta|other] [MODEL ...]   (default: all parts, the three bundled models)
 # Costs on the 2-core CPU machine (measured): sts 10-20 min per model (Qwen2.5-0.5B: 20), final a few
 # minutes, other 20-45 min (Qwen2.5-0.5B: 109 min), meta (eight ~100-token prompts per text) ~25 min for SmolLM2 on the sample.
@@ -8,9 +8,9 @@
 # Measured that way: gemma-3-270m other 69 min. Qwen2.5-0.5B other is ~3.5 h single-threaded (projected: stopped
 # after 79 min, a third into scifact-reranking, whose 600 long abstracts take most of an other run).
 # A long part can run in pieces: the same command with a subset of OTHER's tasks and another --out, then
-#   .venv/bin/python bench/merge_reports.py PIECE1.json PIECE2.json --out docs/results/MODEL-other
+#   .venv/bin/python bench/merge_reports.py PIECE1.json PIECE2.json --out research/results/MODEL-other
 # (each task's seeded sample does not depend on the other tasks; the joined report prints both commands).
-# docs/results/qwen2.5-0.5b-other was made that way, alone on both cores: the five non-SciFact tasks (36 min),
+# research/results/qwen2.5-0.5b-other was made that way, alone on both cores: the five non-SciFact tasks (36 min),
 # then the two SciFact ones (73 min), each piece's report copied to /tmp/rr/ and joined there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,17 +32,17 @@ MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(smollm2-135m gemma3-270m qwen2.5-0.5b)
 for m in "${MODELS[@]}"; do
   if [ "$part" = sts ] || [ "$part" = all ]; then
-    $V eval stsb lee --model "$m" --recipes "$BASE,$EF" --reference --time-sample 64 --out "docs/results/$m-sts"
+    $V eval stsb lee --model "$m" --recipes "$BASE,$EF" --reference --time-sample 64 --out "research/results/$m-sts"
   fi
   if [ "$part" = final ] || [ "$part" = all ]; then
     # the mean of last_hidden_state (after the final norm): plain mean pooling, the issue's HS baseline
-    $V eval stsb lee --model "$m" --recipes "$FINAL" --time-sample 64 --out "docs/results/$m-final"
+    $V eval stsb lee --model "$m" --recipes "$FINAL" --time-sample 64 --out "research/results/$m-final"
   fi
   if [ "$part" = meta ] || [ "$part" = all ]; then
-    $V eval stsb:500 lee --model "$m" --recipes "$META" --time-sample 16 --out "docs/results/$m-meta"
+    $V eval stsb:500 lee --model "$m" --recipes "$META" --time-sample 16 --out "research/results/$m-meta"
   fi
   if [ "$part" = other ] || [ "$part" = all ]; then
     # shellcheck disable=SC2086
-    $V eval $OTHER --model "$m" --recipes "$BASE,$EF" --reference --time-sample 0 --out "docs/results/$m-other"
+    $V eval $OTHER --model "$m" --recipes "$BASE,$EF" --reference --time-sample 0 --out "research/results/$m-other"
   fi
 done

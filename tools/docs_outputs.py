@@ -13,6 +13,13 @@ and the rest of the text exactly. The snippets of one page run in one namespace,
 one may use what an earlier one built. ``tests/test_docs.py`` runs the check (marked slow); the field
 table (``--write`` regenerates it from ``valuelens.settings.EncoderSettings``) is checked by the fast
 ``tests/test_fields.py``.
+
+Prose that quotes an output: a paragraph right after a ``<!-- quotes-output -->`` line may only quote
+numbers that an output block of the same page shows (within one unit of the quoted number's last digit,
+or the tolerance): a number written in the text does not drift from the output it describes.
+Inline code and link targets are not quotes; a range takes an en dash (``0.61–0.64``), a minus may be
+``-`` or ``−``. Both ``--check`` and ``--write`` report the quotes the output blocks no longer show;
+the fast ``tests/test_docs.py`` checks them without running anything.
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ _SNIPPET = re.compile(
     re.S,
 )
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+QUOTES_MARK = "<!-- quotes-output -->"
+#: A number in prose: not part of a word or name (``L6``, ``v2``, ``135M``), sentence dots left out.
+_PROSE_NUMBER = re.compile(r"(?<![\w.])[-−]?\d+(?:\.\d+)?(?![\w]|\.\d)")
+_INLINE = re.compile(r"`[^`\n]*`|\]\([^)]*\)")  # inline code, a link's target
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,27 @@ def differences(expected: str, actual: str, tolerance: float = TOLERANCE) -> lis
     return found
 
 
+def quoting_paragraphs(text: str) -> list[str]:
+    """The paragraphs of a page marked as quoting its outputs: each one right after a ``QUOTES_MARK`` line."""
+    found = []
+    for part in text.split(QUOTES_MARK)[1:]:
+        found.append(part.lstrip("\n").split("\n\n", 1)[0])
+    return found
+
+
+def quote_differences(text: str, tolerance: float = TOLERANCE) -> list[str]:
+    """The numbers a marked paragraph of ``text`` quotes that no output block of ``text`` shows."""
+    shown = [float(n) for snippet in snippets(text) for n in _NUMBER.findall(snippet.output)]
+    found = []
+    for paragraph in quoting_paragraphs(text):
+        for quoted in _PROSE_NUMBER.findall(_INLINE.sub(" ", paragraph)):
+            value = float(quoted.replace("−", "-"))
+            digits = len(quoted.split(".")[1]) if "." in quoted else 0
+            if not any(abs(value - s) <= max(tolerance, 10.0**-digits) + 1e-12 for s in shown):
+                found.append(f"the text quotes {quoted}, which no output block of the page shows")
+    return found
+
+
 def fields_table() -> str:
     """The table of docs/fields.md: every spec field, ``preset`` and the load options."""
     from valuelens.settings import EncoderSettings
@@ -135,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
                 text = text[:start] + out + text[end:]
             page.write_text(text, encoding="utf-8")
             print(f"{name}: {len(found)} output block(s) written")
-            continue
-        for i, (snippet, out) in enumerate(zip(found, printed, strict=True)):
-            for line in differences(snippet.output, out):
-                failed = True
-                print(f"{name}, snippet {i + 1}: {line}")
-        print(f"{name}: {len(found)} output block(s) checked")
+        else:
+            for i, (snippet, out) in enumerate(zip(found, printed, strict=True)):
+                for line in differences(snippet.output, out):
+                    failed = True
+                    print(f"{name}, snippet {i + 1}: {line}")
+            print(f"{name}: {len(found)} output block(s) checked")
+        for line in quote_differences(text):  # the text against the blocks as they now are
+            failed = True
+            print(f"{name}: {line} (edit the text after {QUOTES_MARK})")
     return 1 if failed else 0
 
 

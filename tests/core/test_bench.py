@@ -165,3 +165,26 @@ def test_capture_keeps_no_token_tensor(tiny_tokenizer):
             and tuple(obj.shape[:2]) == (b, n)
         ]
         assert not alive, alive
+
+
+def test_the_results_tables_are_what_results_page_writes_from_the_reports():
+    """docs/results.md's and README.md's generated tables match the reports in research/results/ (after a
+    report changes: ``python bench/results_page.py``), and every report the presets' table names exists."""
+    from bench import results_page as page
+
+    named = {r for _, _, reports in page.HEADLINE for r in reports.values()} | set(page.HEADLINE_REF.values())
+    assert all((page.RESULTS / f"{r}.json").exists() for r in named), named
+    glance = page.glance(page.sts_scores())
+    user, readme = (
+        page.USER_PAGE.read_text(encoding="utf-8"),
+        (page.ROOT / "README.md").read_text(encoding="utf-8"),
+    )
+    assert page.PRESETS_START in user and page.README_START in user and page.README_START in readme
+    blocks = {
+        (page.README_START, page.README_END): glance,
+        (page.PRESETS_START, page.PRESETS_END): page.presets_headline(),
+    }
+    for (start, end), lines in blocks.items():
+        assert page.with_block(user, start, end, lines) == user, f"docs/results.md's {start} block is stale"
+    assert page.with_block(readme, page.README_START, page.README_END, glance) == readme
+    assert page.FULL_PAGE.exists()

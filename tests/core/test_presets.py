@@ -191,9 +191,9 @@ def test_every_builtin_state_a_preset_names_loads_and_matches_its_spec():
         assert state.kind == "abtt", (arch, name, state.kind)
 
 
-#: The presets the tuned ones replaced are kept as spec files, docs/presets/former-<what>-<model>.json;
+#: The presets the tuned ones replaced are kept as spec files, research/presets/former-<what>-<model>.json;
 #: the model's key is its tuned folders' (each names its model and key).
-FORMER_DIR = Path(__file__).resolve().parents[2] / "docs/presets"
+FORMER_DIR = Path(__file__).resolve().parents[2] / "research/presets"
 MODEL_KEYS = {folder.model: folder.model_key for folder in tuned_folders()}
 FORMER = {
     path.name: key
@@ -209,7 +209,7 @@ def test_every_former_preset_file_names_a_bundled_model():
 
 @pytest.mark.parametrize(("name", "key"), FORMER.items(), ids=list(FORMER))
 def test_a_former_preset_is_kept_as_a_spec_file_with_its_retired_state(name, key):
-    """docs/results.md compares the tuned presets with the ones they replaced, by these files."""
+    """research/results/README.md compares the tuned presets with the ones they replaced, by these files."""
     from valuelens.presets.builtin import RETIRED_STATES
 
     config = EncoderConfig.from_dict(json.loads((FORMER_DIR / name).read_text()))

@@ -74,7 +74,7 @@ def test_a_spec_file_the_docs_report_for_a_preset_is_that_preset(spec_file, form
     """The hand-tuned preset's state was fitted (``score_cache.py --save --spec FILE``) and its held-out
     checks run for this file: it must stay that preset's spec (kept as a former preset since the tuned
     presets replaced it) without the post-processing."""
-    docs = TOOLS.parent / "docs/presets"
+    docs = TOOLS.parent / "research/presets"
     spec = EncoderConfig.from_dict(json.loads((docs / spec_file).read_text()))
     assert spec == EncoderConfig.from_dict(json.loads((docs / former).read_text())).replace(postprocess=None)
 

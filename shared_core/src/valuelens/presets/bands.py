@@ -5,7 +5,7 @@ Usage: ``AUTO_LAYERS[("llama", 30, 576)]["aligned-wva"]`` → ``(21, ..., 27)``.
 Keyed by model (:func:`valuelens.architectures.model_key`), then by recipe name (``"*"``: every
 recipe without its own entry). The first two come from the Value Aggregation paper; the bundled
 models' bands were chosen on STS-B dev (never test) with ``valuelens sweep --propose`` as the best
-contiguous band of at least three layers (the sweeps and scores: research/rounds/README.md, docs/sweeps/).
+contiguous band of at least three layers (the sweeps and scores: research/rounds/README.md, research/sweeps/).
 Data only: no valuelens imports.
 """
 

@@ -9,7 +9,7 @@ Every entry is what ``valuelens tune`` chose for a bundled model (dev data only;
 balanced objective, ``"sts"`` under the STS one), shipped as a preset folder in ``tuned/``
 (tools/bundle_preset.py; its dev scores in its ``preset.json``, docs/tuning.md). The hand-chosen
 presets of the research rounds (``research/rounds/README.md``) it replaced are kept as spec files in
-``docs/presets/former-*.json``, their states in :data:`~valuelens.presets.builtin.RETIRED_STATES`.
+``research/presets/former-*.json``, their states in :data:`~valuelens.presets.builtin.RETIRED_STATES`.
 """
 
 from __future__ import annotations
