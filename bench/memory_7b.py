@@ -13,7 +13,7 @@ fresh process on the same random token ids and reports the peak RSS of its forwa
 mark reset after loading) and of the whole process:
 
 - ``bare-truncated``: the plain forward through layers 0-27, no hooks;
-- ``va``: valuelens VA over layers 20-27 (``Encoder.forward``);
+- ``va``: valuelens VA over layers 20-27 (the encoder's ``ForwardPass.run``);
 - ``aligned-wva``: AlignedWVA(FutureEOL) at its ``auto`` layers for Llama-2-7B, capped to <= 27
   (the FutureEOL template only shapes tokenization: the inputs here are token ids already);
 - ``hidden-states``: ``output_hidden_states=True`` and a mean of every layer, for contrast.
@@ -86,10 +86,10 @@ def retained_tensors(obj: Any, prefix: str = "session") -> dict[str, tuple[int, 
 
 
 @contextlib.contextmanager
-def keep_sessions(encoder: Any) -> Iterator[list[Any]]:
-    """Collect the capture sessions ``encoder.forward`` opens (its ``capture`` method, observed)."""
+def keep_sessions(runner: Any) -> Iterator[list[Any]]:
+    """Collect the capture sessions ``runner.run`` opens (its ``capture`` method, observed)."""
     sessions: list[Any] = []
-    original = encoder.capture
+    original = runner.capture
 
     @contextlib.contextmanager
     def capture(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -97,11 +97,11 @@ def keep_sessions(encoder: Any) -> Iterator[list[Any]]:
             sessions.append(session)
             yield session
 
-    encoder.capture = capture
+    runner.capture = capture
     try:
         yield sessions
     finally:
-        del encoder.capture
+        del runner.capture
 
 
 def _batch(texts: int, tokens: int, vocab: int, seed: int) -> Any:
@@ -151,8 +151,8 @@ def run_one(
     retained: dict[str, tuple[int, ...]] = {}
     with torch.inference_mode():
         if encoder is not None:
-            with keep_sessions(encoder) as sessions:
-                out = encoder.forward(batch)[0]
+            with keep_sessions(encoder.runner) as sessions:
+                out = encoder.runner.run(batch, encoder.readouts)[0]
             retained = retained_tensors(sessions[0])
             shape = tuple(out.shape)
         elif row == "hidden-states":

@@ -280,7 +280,9 @@ def _bare_tokens(ctx: Context) -> int:
 
 def _encoder_tokens(encoder: Any, texts: Sequence[str]) -> int:
     return sum(
-        len(item.ids) for i in range(encoder.passes) for item in encoder.tokenize(texts, template_index=i)[0]
+        len(item.ids)
+        for i in range(encoder.reader.passes)
+        for item in encoder.reader.tokenize(texts, template_index=i)[0]
     )
 
 

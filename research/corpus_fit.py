@@ -24,9 +24,9 @@ import numpy as np
 
 from valuelens import Encoder
 from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
-from valuelens.first_use import fit_corpus
 from valuelens.postprocess import Postprocess
 from valuelens.presets.builtin import FitRequest
+from valuelens.states import fit_corpus
 from valuelens.tuning.data import TuneData
 
 

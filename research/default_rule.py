@@ -33,10 +33,10 @@ from valuelens import models
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder
-from valuelens.lexical import lexical_lens
 from valuelens.loading import load_model
 from valuelens.presets.folder import PresetFolder
 from valuelens.presets.table import UNTUNED
+from valuelens.states import lexical_lens
 from valuelens.tuning import data as tune_data
 from valuelens.tuning.cache import FAMILIES, LayerCache
 from valuelens.tuning.data import TuneData
@@ -104,7 +104,9 @@ class Model:
         net, tokenizer = load_model(path)  # the lexical part's lens, as the rule's encoder reads it
         fields = {k: v for k, v in UNTUNED.items() if k != "postprocess"}
         encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields), name_or_path=self.folder.model)
-        self.scorer = Scorer(cache, data, embed_filters={2.0: ef}, lexical=lexical_lens(encoder))
+        self.scorer = Scorer(
+            cache, data, embed_filters={2.0: ef}, lexical=lexical_lens(encoder.model, encoder.tokenizer)
+        )
         self.prompt = self.folder.spec["prompt"]
         self.tuned = float(self.folder.info["dev"]["objective"])
         self.pairs = len(data.sts.gold)

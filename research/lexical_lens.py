@@ -6,7 +6,7 @@ SciFact is a lexical task: with SmolLM2's tokenizer, BM25 scores nDCG@10 74.0 on
 pass, the *lexical lens*:
 
 - token codes: the rows of the model's input embedding matrix, centred on their mean and whitened
-  (eigenvalues floored at ``EPS`` times the largest), so that distinct tokens are close to orthogonal
+  (eigenvalues floored at ``valuelens.lexical.FLOOR`` times the largest), so that distinct tokens are close to orthogonal
   while the model's own near-synonyms stay close;
 - a text's vector: the sum over its distinct tokens (the text alone: no prompt, no special tokens) of
   ``(1 + log tf) * idf * code``, L2-normalized; ``idf = log((N + 1) / (df + 0.5))`` counted on a fitting
@@ -33,16 +33,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import sparse
 from scipy.stats import spearmanr
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -50,11 +49,10 @@ from valuelens import Encoder
 from valuelens.evaluation.metrics import cosine_similarity_matrix, rank_documents, retrieval_scores
 from valuelens.evaluation.reference import reference_model
 from valuelens.evaluation.tasks import PairData, RetrievalData, load_task
+from valuelens.lexical import LexicalLens as ValueLensLexical, LexicalState
 from valuelens.models import path as model_path
 from valuelens.tuning.data import TuneData, _sample
 
-EPS = 1e-3  # whitening floor, relative to the largest eigenvalue (chosen on SmolLM2's SciFact dev)
-MAX_TOKENS = 8192  # the lens reads the whole text: it costs a lookup, not a forward pass
 WEIGHTS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 PRIOR_CONTEXTS = ("\n", ".", "The", " ", ",")
 
@@ -65,32 +63,18 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 
 class LexicalLens:
-    """Whitened input-embedding codes summed with tf-idf weights: ``LexicalLens(path).fit(texts).encode(texts)``."""
+    """The product's lexical part (:mod:`valuelens.lexical`) with this round's idf choices:
+    ``LexicalLens(path).fit(texts).encode(texts)``, or ``.fit_prior()`` for the model's own prior."""
 
     def __init__(self, path: Path) -> None:
         self.tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.model = model
-        emb = model.get_input_embeddings().weight.detach().numpy().astype(np.float64)
-        centred = emb - emb.mean(0)
-        vals, vecs = np.linalg.eigh(centred.T @ centred / len(centred))
-        white = vecs @ np.diag(1 / np.sqrt(vals + EPS * vals.max())) @ vecs.T
-        self.codes = (centred @ white).astype(np.float32)
-        self.idf = np.ones(len(self.codes), np.float32)
-
-    def ids(self, texts: Sequence[str]) -> list[list[int]]:
-        enc = self.tok(list(texts), add_special_tokens=False, truncation=True, max_length=MAX_TOKENS)
-        return enc["input_ids"]
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.embeddings = self.model.get_input_embeddings().weight.detach().float()
+        self.state = LexicalState.fit(self.embeddings, self.tok, [])  # a flat idf until one is fitted
 
     def fit(self, texts: Sequence[str]) -> LexicalLens:
         """IDF counted on these unlabeled texts."""
-        df: Counter[int] = Counter()
-        for row in self.ids(texts):
-            df.update(set(row))
-        counts = np.zeros(len(self.codes), np.float64)
-        for t, n in df.items():
-            counts[t] = n
-        self.idf = np.log((len(texts) + 1) / (counts + 0.5)).astype(np.float32)
+        self.state = LexicalState.fit(self.embeddings, self.tok, texts)
         return self
 
     def fit_prior(self) -> LexicalLens:
@@ -101,18 +85,12 @@ class LexicalLens:
                 x = self.tok(ctx, return_tensors="pt")["input_ids"]
                 logps.append(torch.log_softmax(self.model(x).logits[0, -1].float(), -1))
             mean = torch.logsumexp(torch.stack(logps), 0) - math.log(len(logps))
-        self.idf = (-mean).numpy()[: len(self.codes)].astype(np.float32)
+        idf = (-mean)[: len(self.embeddings)].float()
+        self.state = dataclasses.replace(self.state, idf=idf)
         return self
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        rows, cols, vals = [], [], []
-        for i, row in enumerate(self.ids(texts)):
-            for t, n in Counter(row).items():
-                rows.append(i)
-                cols.append(t)
-                vals.append((1 + math.log(n)) * self.idf[t])
-        bag = sparse.csr_matrix((vals, (rows, cols)), shape=(len(texts), len(self.codes)), dtype=np.float32)
-        return unit(np.asarray(bag @ self.codes))
+        return ValueLensLexical(self.embeddings, self.tok, self.state).encode(texts).numpy()
 
 
 def preset_vectors(

@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lexical_lens import ndcg, sts
 
 from valuelens import Encoder
-from valuelens.lexical import FLOOR, LexicalState, lexical_lens, token_ids
+from valuelens.lexical import FLOOR, LexicalState, token_ids
+from valuelens.states import lexical_lens
 from valuelens.tuning.data import TuneData
 
 #: A token weighting: (counts of the text's distinct tokens, the text's length, their idf) -> weights.
@@ -103,7 +104,7 @@ def main() -> None:
     quick = TuneData.build("quick")
     full = TuneData.build("quick", distractors=10**6)
     enc = Encoder.from_pretrained(args.model, recipe="va", lexical=0.5)
-    state: LexicalState = lexical_lens(enc).state
+    state: LexicalState = lexical_lens(enc.model, enc.tokenizer).state
     embeddings = enc.parts.backbone.get_input_embeddings().weight.detach().float()
     tok = enc.tokenizer
     ids = {

@@ -45,11 +45,11 @@ from default_rule import (
 from valuelens import models
 from valuelens.config import EncoderConfig
 from valuelens.encoder import Encoder
-from valuelens.first_use import corpus_texts
 from valuelens.layers import resolve_layers
 from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.table import UNTUNED
+from valuelens.states import corpus_texts
 from valuelens.tuning import data as tune_data
 from valuelens.tuning.cache import FAMILIES
 from valuelens.tuning.search import MIN_BAND, Candidate, Part

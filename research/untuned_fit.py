@@ -23,10 +23,10 @@ import numpy as np
 from valuelens import models
 from valuelens.architectures import model_key
 from valuelens.encoder import Encoder
-from valuelens.first_use import FitRequest, fit_corpus
 from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.resolution import resolve
+from valuelens.states import FitRequest, fit_corpus
 from valuelens.tuning.data import TuneData
 from valuelens.tuning.search import Scorer
 

@@ -27,9 +27,10 @@ import torch
 from valuelens import models
 from valuelens.config import EncoderConfig
 from valuelens.encoder import Encoder
-from valuelens.lexical import LexicalPart, lexical_lens
+from valuelens.lexical import LexicalPart
 from valuelens.loading import load_model
 from valuelens.presets.table import UNTUNED
+from valuelens.states import lexical_lens
 from valuelens.tuning.data import TuneData
 from valuelens.tuning.search import LEXICAL_WEIGHTS, Scorer
 
@@ -54,7 +55,7 @@ def embed(model: str, out: Path, vectors: Path | None) -> None:
         dense = {name: np.asarray(encoder.encode(list(items))) for name, items in texts.items()}
         if vectors is not None:
             np.savez(vectors, **dense)
-    lens = lexical_lens(encoder)
+    lens = lexical_lens(encoder.model, encoder.tokenizer)
     lexical = {name: lens.encode(list(items)).cpu() for name, items in texts.items()}
     scorer = Scorer(None, data)  # type: ignore[arg-type]  # scores only: no cache is read
     rows = {}

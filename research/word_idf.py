@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lexical_lens import ndcg, sts
 
 from valuelens import Encoder
-from valuelens.first_use import corpus_texts
 from valuelens.lexical import LexicalLens, LexicalState
+from valuelens.states import corpus_texts
 from valuelens.tuning.data import TuneData
 from valuelens.word_frequency import TEXT_TOKENS, source, word_idf
 

@@ -75,7 +75,7 @@ def tiny_llama(tiny_tokenizer_session):
 def fit_cache(tmp_path_factory):
     """States fitted at first use (``postprocess="fit:..."``, the untuned rule) go to a folder of this
     session, not the user's cache."""
-    from valuelens.first_use import FIT_CACHE_ENV
+    from valuelens.states import FIT_CACHE_ENV
 
     folder = tmp_path_factory.mktemp("fit-cache")
     with pytest.MonkeyPatch.context() as patch:

@@ -62,7 +62,7 @@ def reference_embeddings(
     arch = model.config.model_type
     probe = Encoder(model, tokenizer, recipe=recipe, layers=layers, prompt=prompt)
     parts, rec = probe.parts, probe.recipe
-    items, _ = probe.tokenize(texts)
+    items, _ = probe.reader.tokenize(texts)
     width = max(len(it.ids) for it in items)
     ids = torch.full((len(items), width), 0, dtype=torch.long)
     mask = torch.zeros_like(ids)

@@ -142,11 +142,11 @@ def test_capture_keeps_no_token_tensor(tiny_tokenizer):
     texts = [text + " And then some more words were added to it." for text in CORPUS[:3]]
     for recipe in ("va", "hs", "wva-lt", "aligned-wva"):
         encoder = Encoder(model, tiny_tokenizer, recipe=recipe, layers="all", prompt="prompteol")
-        items, _ = encoder.tokenize(texts)
-        batch = encoder.collate(items)
+        items, _ = encoder.reader.tokenize(texts)
+        batch = encoder.reader.collate(items)
         b, n = batch.input_ids.shape
-        with torch.inference_mode(), keep_sessions(encoder) as sessions:
-            out = encoder.forward(batch)[0]
+        with torch.inference_mode(), keep_sessions(encoder.runner) as sessions:
+            out = encoder.runner.run(batch, encoder.readouts)[0]
         assert out.shape == (b, encoder.dimension)
         (session,) = sessions
         kept = retained_tensors(session)

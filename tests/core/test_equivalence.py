@@ -123,12 +123,12 @@ def test_drop_prefix_left_padding(tiny_llama, tiny_tokenizer, recipe):
 def test_heads_recomputed_from_attention_equal_the_model_heads(tiny_model, tiny_tokenizer):
     """The ``last_heads`` pool with every key kept is what the attention computes (wva's z)."""
     enc = Encoder(tiny_model, tiny_tokenizer, recipe="wva", layers=[0, 2], prompt="prompteol")
-    batch = enc.collate(enc.tokenize(TEXTS)[0])
+    batch = enc.reader.collate(enc.reader.tokenize(TEXTS)[0])
     recomputed = CapturePlan(signal="value", pool="last_heads", layers=(0, 2))
-    inputs = enc.model_inputs(batch, enc.device)
+    inputs = enc.runner.model_inputs(batch, enc.device)
     with (
         torch.no_grad(),
-        enc.capture(inputs["attention_mask"], batch, [enc.readout]) as session,
+        enc.runner.capture(inputs["attention_mask"], batch, [enc.readout]) as session,
     ):
         enc.parts.backbone(**inputs)
     _, index = pooling_inputs(inputs["attention_mask"], batch.span_start, batch.span_end, ())

@@ -1,4 +1,4 @@
-"""Post-processing fitted at first use (``postprocess="fit:..."``, :mod:`valuelens.first_use`): what the
+"""Post-processing fitted at first use (``postprocess="fit:..."``, :mod:`valuelens.states`): what the
 untuned rule (``preset="best"`` on a model without an entry) relies on."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from tiny_models import CORPUS, save_tiny_model
 from valuelens import ConfigError, Encoder, EncoderConfig, fit_texts
 from valuelens.evaluation.tasks import default_data_dir
-from valuelens.first_use import CORPUS as CORPUS_FILE, FIT_CACHE_ENV, FitRequest
+from valuelens.states import CORPUS as CORPUS_FILE, FIT_CACHE_ENV, FitRequest
 
 TEXTS = CORPUS[:6]
 FIELDS = {"recipe": "va", "layers": [1, 2], "prompt": None}

@@ -12,9 +12,9 @@ import torch
 
 from tiny_models import CORPUS
 from valuelens import ConfigError, Encoder, EncoderConfig
-from valuelens.first_use import FIT_CACHE_ENV
 from valuelens.lexical import LexicalPart, LexicalState
 from valuelens.presets.resolution import resolve
+from valuelens.states import FIT_CACHE_ENV
 
 FIELDS = {"recipe": "va", "layers": [1, 2], "prompt": "prompteol"}
 QUERIES = ["who plays the guitar?", "where is the cat?", "what fell today?"]
@@ -126,7 +126,7 @@ def test_a_text_without_tokens_gives_a_zero_lexical_part_not_nan(pair):
     with pytest.raises(ValueError, match="2 model vectors but 1 lexical"):
         LexicalPart(torch.zeros(1, 64), 0.5).join(torch.ones(2, 8))
     with pytest.raises(ConfigError, match="pass the texts' lexical_part"):
-        enc.join_lexical(torch.ones(1, 8), None)
+        enc.composition.join(torch.ones(1, 8), None)
 
 
 def test_the_state_is_fitted_once_and_cached(tiny_checkpoint, tmp_path, monkeypatch, caplog):

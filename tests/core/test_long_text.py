@@ -63,7 +63,7 @@ def _by_hand(truncating: Encoder, text_windows) -> np.ndarray:
 )
 def test_a_long_text_is_the_token_weighted_mean_of_its_windows(tiny_llama, tiny_tokenizer, spec):
     chunking, truncating = _pair(tiny_llama, tiny_tokenizer, **spec)
-    found = windows(chunking, LONG)
+    found = windows(chunking.reader, LONG)
     assert len(found) > 2
     with warnings.catch_warnings():
         warnings.simplefilter("error", TruncationWarning)
@@ -89,17 +89,17 @@ def test_windows_cover_the_text_overlap_and_each_fit(tiny_llama, tiny_tokenizer,
         prompt=prompt,
         prepend_layers=prepend,
     )
-    size = window_size(enc)
-    found = windows(enc, LONGER)
+    size = window_size(enc.reader)
+    found = windows(enc.reader, LONGER)
     n_tokens = len(tiny_tokenizer(LONGER, add_special_tokens=False)["input_ids"])
     assert found[0].first == 0 and found[-1].end == n_tokens
     for before, after in itertools.pairwise(found):
         assert before.first < after.first <= before.end - int(before.tokens * OVERLAP)  # overlap ≥ ¼
         assert after.end - after.first <= size
     assert found[-1].end - found[-2].end > 0  # the last window reads new tokens
-    items, n_truncated = enc.tokenize([w.text for w in found])
+    items, n_truncated = enc.reader.tokenize([w.text for w in found])
     assert n_truncated == 0 and all(not item.truncated for item in items)
-    for template in range(enc.passes):
+    for template in range(enc.reader.passes):
         placeholder = 1 if prepend else 0
         assert all(
             prompted_length(tiny_tokenizer, w.text, enc.prompt, template) + placeholder <= max_length
@@ -111,8 +111,8 @@ def test_the_auxiliary_prompt_fits_too(tiny_llama, tiny_tokenizer):
     enc, _ = _pair(
         tiny_llama, tiny_tokenizer, recipe="va", layers="all", prompt="prompteol", contrast_layer=1
     )
-    assert len(windows(enc, LONG)) > 2
-    items, _ = enc.tokenize([w.text for w in windows(enc, LONG)])
+    assert len(windows(enc.reader, LONG)) > 2
+    items, _ = enc.reader.tokenize([w.text for w in windows(enc.reader, LONG)])
     assert all(item.aux is not None and not item.aux.truncated for item in items)
 
 
@@ -136,7 +136,7 @@ def test_texts_that_fit_are_unchanged(tiny_llama, tiny_tokenizer):
     mixed = chunking.encode([LONG, *texts, LONGER])  # long texts' windows share the batches
     np.testing.assert_allclose(mixed[1:-1], reference, rtol=0, atol=1e-6)
     assert np.isfinite(mixed).all()
-    plan = split(chunking, texts)
+    plan = split(chunking.reader, texts)
     assert plan.items == tuple(texts) and plan.n_chunked == 0
 
 
@@ -161,15 +161,16 @@ def test_windows_are_pooled_per_readout_before_fusion_and_post_processing(tiny_l
         prompt="prompteol",
         fusion=[{"recipe": "va", "weight": 0.5}],
     )
-    found = windows(chunking, LONG)
+    found = windows(chunking.reader, LONG)
     with torch.inference_mode():
-        per_readout = chunking.forward(chunking.collate(chunking.tokenize([w.text for w in found])[0]))
+        items = chunking.reader.tokenize([w.text for w in found])[0]
+        per_readout = chunking.runner.run(chunking.reader.collate(items), chunking.readouts)
     weights = torch.tensor([float(w.tokens) for w in found])
     pooled = [(v * weights[:, None]).sum(0, keepdim=True) / weights.sum() for v in per_readout]
-    expected = chunking.combine(pooled)[0].numpy()
+    expected = chunking.composition.dense(pooled)[0].numpy()
     np.testing.assert_allclose(chunking.encode(LONG), expected, rtol=1e-5, atol=1e-6)
     # fusing each window first, then averaging, is a different vector: the order matters
-    fused_first = chunking.combine(per_readout)
+    fused_first = chunking.composition.dense(per_readout)
     averaged = ((fused_first * weights[:, None]).sum(0) / weights.sum()).numpy()
     assert np.abs(averaged - expected).max() > 1e-4
 
@@ -236,7 +237,7 @@ def test_truncating_the_auxiliary_prompt_counts_in_the_warning(tiny_llama, tiny_
     _, truncating = _pair(
         tiny_llama, tiny_tokenizer, recipe="va", layers="all", prompt="prompteol", contrast_layer=1
     )
-    assert not truncating.tokenize([CORPUS[0]])[0][0].truncated
+    assert not truncating.reader.tokenize([CORPUS[0]])[0][0].truncated
     with pytest.warns(TruncationWarning, match="1 of 1 texts"):
         truncating.encode([CORPUS[0]])
 

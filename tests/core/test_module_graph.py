@@ -1,6 +1,7 @@
-"""The core's import graph, read with ``ast`` (nothing is imported): no cycles, and no imports inside
-functions where layering should hold (issue 27: post-processing, presets and the encoder used to import
-each other lazily)."""
+"""The core's import graph, read with ``ast`` (nothing is imported): no cycle, function-level imports
+included; no core module reaching up into the layers above it (tuning, evaluation, server, analysis,
+the command line); no imports inside functions where layering should hold (issue 27: post-processing,
+presets and the encoder used to import each other lazily); and the encoder depended on by nothing below it."""
 
 from __future__ import annotations
 
@@ -99,16 +100,54 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+#: The layers above the core: what uses the encoder (and what a base install may lack).
+UPPER = ("valuelens.tuning", "valuelens.evaluation", "valuelens.server", "valuelens.analysis")
+UPPER_MODULES = ("valuelens.cli", "valuelens.options", "valuelens.__main__")
+#: Above the core too, beside the encoder: the adapters' pydantic fields, the file and Ray jobs, variants.
+BESIDE = ("valuelens.settings", "valuelens.embedding_job", "valuelens.distributed", "valuelens.variants")
+
+
+def _upper(name: str) -> bool:
+    return name in UPPER_MODULES or any(name == p or name.startswith(p + ".") for p in UPPER)
+
+
+CORE = sorted(name for name in MODULES if not _upper(name) and name not in BESIDE and name != "valuelens")
+
+
 def test_the_graph_sees_the_modules_that_matter():
     assert set(LAYERED) <= set(MODULES)
     assert "valuelens.presets.bands" in _imports("valuelens.layers", top_only=True)
-    assert "valuelens.postprocess" in _imports("valuelens.encoder", top_only=True)
+    assert {"valuelens.composition", "valuelens.states", "valuelens.forward"} <= _imports(
+        "valuelens.encoder", top_only=True
+    )
+    assert "valuelens.tuning.run" in MODULES and "valuelens.states" in CORE
 
 
-def test_no_import_cycle_among_the_core_modules():
-    # the package's __init__ re-exports everything; an import of a name from it is not a layer edge
-    graph = {name: _imports(name, top_only=True) - {"valuelens"} for name in MODULES if name != "valuelens"}
+def test_no_import_cycle_among_the_modules_even_lazily():
+    # a package's __init__ loads its names lazily (valuelens.lazy): an import of a name from it is no edge
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    graph = {name: _imports(name, top_only=False, typing=False) - packages for name in MODULES}
     assert _cycle(graph) is None
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_core_modules_do_not_reach_into_the_layers_above(name):
+    above = {m for m in _imports(name, top_only=False) if _upper(m) or m in BESIDE}
+    assert not above, f"{name} imports {sorted(above)}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "valuelens.batching",
+        "valuelens.chunking",
+        "valuelens.fitting",
+        "valuelens.lexical",
+        "valuelens.states",
+    ],
+)
+def test_the_pieces_depend_on_protocols_not_on_the_encoder(name):
+    assert "valuelens.encoder" not in _imports(name, top_only=False)
 
 
 def test_postprocess_presets_and_encoder_do_not_import_each_other_in_a_cycle_even_lazily():

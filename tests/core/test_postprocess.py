@@ -365,7 +365,7 @@ def test_fit_texts_checks_the_count_before_embedding(encoder, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("encode must not run")
 
-    monkeypatch.setattr(encoder, "encode", forbidden)
+    monkeypatch.setattr(encoder, "encode_raw", forbidden)
     d = encoder.dimension
     with pytest.raises(ConfigError, match=f"all {d} dimensions .* needs more than {d} texts.*got 8"):
         fit_texts(encoder, CORPUS, kind="whiten")
@@ -373,9 +373,9 @@ def test_fit_texts_checks_the_count_before_embedding(encoder, monkeypatch):
         fit_texts(encoder, CORPUS, kind="abtt", k=8)
     with pytest.raises(TypeError, match="got a single str"):
         fit_texts(encoder, "one text", kind="center")  # type: ignore[arg-type]
-    encoder.postprocess = Postprocess.fit(np.eye(d), "center")
+    fitted = Encoder(encoder.model, encoder.tokenizer, encoder.config.replace(postprocess="fit:center"))
     with pytest.raises(ConfigError, match="already applies a post-processing"):
-        fit_texts(encoder, CORPUS, kind="center")
+        fit_texts(fitted, CORPUS, kind="center")
 
 
 def test_unlabeled_texts_reads_pairs_dedupes_and_samples(tmp_path):

@@ -67,7 +67,7 @@ def _prepend_hook(marker, last):
 def test_token_prepending_equals_a_hand_written_reference(llama):
     model, tok = llama
     enc = Encoder(model, tok, recipe="last-token", prompt="prompteol", layers=(2,), prepend_layers=(1, 2))
-    batch = enc.collate(enc.tokenize(TEXTS)[0])
+    batch = enc.reader.collate(enc.reader.tokenize(TEXTS)[0])
     marker, last = batch.marker, last_index(batch.attention_mask)
     hook = _prepend_hook(marker, last)
     expected = _hidden_after(model, batch, 2, {model.model.layers[1]: hook, model.model.layers[2]: hook})
@@ -107,8 +107,8 @@ def test_contrastive_prompting_equals_a_hand_written_reference(llama):
         contrast_layer=layer,
         contrast_scale=scale,
     )
-    items = enc.tokenize(TEXTS)[0]
-    batch = enc.collate(items)
+    items = enc.reader.tokenize(TEXTS)[0]
+    batch = enc.reader.collate(items)
     aux = batch.aux
     o_proj = model.model.layers[layer].self_attn.o_proj
     seen = {}
@@ -236,7 +236,7 @@ def test_drop_prefix_spec_checks_and_where_it_applies(llama):
     tp = Encoder(model, tok, config.replace(layers=[2], prepend_layers=[1]))
     vectors = tp.encode(TEXTS)
     assert np.isfinite(vectors).all() and vectors.shape == (len(TEXTS), tp.dimension)
-    items, _ = tp.tokenize(TEXTS)
+    items, _ = tp.reader.tokenize(TEXTS)
     assert all(item.marker == item.span[0] - 1 for item in items)
 
 

@@ -129,9 +129,9 @@ def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
     prompt, its own first-use state and lexical part) from the cache, and what it finds is what the real
     encoder gives; a preset under a prompt the quick mode does not cache (``generic``) is embedded, and
     so is one whose real embeddings disagree with the cache's (here: a threshold no cosine reaches)."""
-    from valuelens import tuning
-    from valuelens.lexical import lexical_lens
     from valuelens.loading import load_model
+    from valuelens.states import lexical_lens
+    from valuelens.tuning import run as tuning
 
     result = tune(
         tiny_checkpoint,
@@ -153,7 +153,7 @@ def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
         tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
     )
     net, tokenizer = load_model(tiny_checkpoint)
-    scorer = Scorer(cache, data, lexical=lexical_lens(Encoder(net, tokenizer, recipe="va")))
+    scorer = Scorer(cache, data, lexical=lexical_lens(net, tokenizer))
     real = tuning.dev_scores("untuned", tiny_checkpoint, net, tokenizer, scorer, KEY, None)
     assert real["scored"] == "encoder"
     assert cached["sts"] == pytest.approx(real["sts"], abs=1.0)
@@ -195,7 +195,7 @@ def test_the_search_computes_a_candidate_as_the_encoder_does(tiny_checkpoint, ti
 
 def test_the_search_joins_a_lexical_part_as_the_encoder_does(tiny_checkpoint, tiny_data_dir, tmp_path):
     """A candidate with a lexical part at its document and query weights, after its fitted centering."""
-    from valuelens.lexical import lexical_lens
+    from valuelens.states import lexical_lens
 
     tune(tiny_checkpoint, tmp_path / "t", data_dir=tiny_data_dir, keep_cache=True, show_progress=False)
     data = TuneData.build("quick", data_dir=tiny_data_dir)
@@ -203,7 +203,7 @@ def test_the_search_joins_a_lexical_part_as_the_encoder_does(tiny_checkpoint, ti
         tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
     )
     probe = Encoder.from_pretrained(tiny_checkpoint, recipe="va")
-    scorer = Scorer(cache, data, lexical=lexical_lens(probe))
+    scorer = Scorer(cache, data, lexical=lexical_lens(probe.model, probe.tokenizer))
     prompt = PresetFolder.read(tmp_path / "t").spec["prompt"]
     family = {f.name: f for f in FAMILIES}
     candidate = Candidate(prompt, Part(family["va"], 1, 3), post="center", lexical=0.1, lexical_query=0.9)
@@ -269,9 +269,9 @@ def test_a_shared_cache_recomputes_only_the_sets_another_objective_reads_differe
     embedded: list[tuple[str, ...]] = []
     real = tuning_cache.run_batches
 
-    def recording(encoder, texts, *args, **kwargs):
+    def recording(reader, runner, texts, *args, **kwargs):
         embedded.append(tuple(texts))
-        return real(encoder, texts, *args, **kwargs)
+        return real(reader, runner, texts, *args, **kwargs)
 
     monkeypatch.setattr(tuning_cache, "run_batches", recording)
     caplog.set_level(logging.WARNING, logger="valuelens")

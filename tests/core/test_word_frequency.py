@@ -35,7 +35,7 @@ def test_tokens_no_word_reaches_are_counted_on_the_corpus(tiny_tokenizer):
     special = tiny_tokenizer.all_special_ids
     assert np.isnan(idf[special]).all()  # no English word tokenizes to <unk>, <pad> or <eos>
     embeddings = torch.randn(rows, 16, generator=torch.Generator().manual_seed(0))
-    state = LexicalState.fit(embeddings, tiny_tokenizer, CORPUS, word_frequencies=True)
+    state = LexicalState.fit(embeddings, tiny_tokenizer, CORPUS, word_idf=torch.from_numpy(idf))
     counted = LexicalState.fit(embeddings, tiny_tokenizer, CORPUS)
     assert torch.isfinite(state.idf).all()
     torch.testing.assert_close(state.idf[special], counted.idf[special])

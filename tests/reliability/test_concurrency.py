@@ -92,8 +92,8 @@ def test_plain_forward_from_another_thread_mid_capture(encoder, tiny_tokenizer):
 def test_capture_state_is_per_context(encoder, tiny_tokenizer):
     """An open capture in this thread records nothing from another thread's forward (ContextVar)."""
     model = encoder.model
-    batch = encoder.collate(encoder.tokenize(CORPUS[:2])[0])
-    inputs = encoder.model_inputs(batch, encoder.device)
+    batch = encoder.reader.collate(encoder.reader.tokenize(CORPUS[:2])[0])
+    inputs = encoder.runner.model_inputs(batch, encoder.device)
     mask = inputs["attention_mask"]
     handle = start_capture(
         encoder.parts,

@@ -109,7 +109,7 @@ def test_oom_batches_are_split_in_halves(encoder, limit):
 def test_oom_on_one_text_names_its_index_and_length(encoder):
     long_text = "the cat sat on the mat and then it ran into the park " * 6
     texts = [*TEXTS[:10], long_text, *TEXTS[10:]]
-    n_tokens = len(encoder.tokenize([long_text])[0][0].ids)
+    n_tokens = len(encoder.reader.tokenize([long_text])[0][0].ids)
     injector = Injector(encoder.parts.layers[1], _oom_above(8, tokens=n_tokens - 1))
     try:
         with pytest.raises(

@@ -421,7 +421,7 @@ def test_an_untuned_model_fits_once_and_a_saved_model_carries_the_state(
     """``ValuePooling(preset="best")`` on a model without an entry: the untuned rule, its all-but-the-top
     fitted at ``on_model_ready`` (as ``Encoder`` fits it) and saved into the model folder, so the saved
     model loads without fitting again (an empty fit cache stays empty)."""
-    from valuelens.first_use import FIT_CACHE_ENV
+    from valuelens.states import FIT_CACHE_ENV
 
     monkeypatch.setenv(FIT_CACHE_ENV, str(tmp_path / "cache"))
     model = _st(tiny_checkpoint, preset="best")

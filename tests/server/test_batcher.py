@@ -210,3 +210,27 @@ def test_a_batch_holds_one_side_and_goes_to_its_encoder():
         batcher.close(10)
     assert all(all(t[0] == side[0] for t in texts) for side, texts in calls), calls
     assert sorted(t for _, texts in calls for t in texts) == ["d0", "d1", "d2", "q0"]
+
+
+def test_the_warm_up_encodes_the_texts_given_before_ready(tmp_path):
+    """``serve --warm-up FILE`` reads texts as ``valuelens embed`` does (valuelens.io) and the warm-up
+    encodes them before /ready; a file that cannot be read is refused in one line before anything loads."""
+    from fastapi.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from valuelens.cli import app as cli_app
+    from valuelens.io import unlabeled_texts
+    from valuelens.server.app import create_app
+
+    texts = tmp_path / "warm.txt"
+    texts.write_text("first text\n\n  second text  \nfirst text\n", encoding="utf-8")
+    fake = FakeEncoder()
+    with TestClient(create_app(fake, served_name="fake", warm_up=unlabeled_texts(texts))) as client:
+        for _ in range(100):
+            if client.get("/ready").status_code == 200:
+                break
+            time.sleep(0.05)
+        assert client.get("/ready").status_code == 200
+    assert fake.batches[0] == ["first text", "second text"]
+    result = CliRunner().invoke(cli_app, ["serve", "--warm-up", str(tmp_path / "missing.txt"), "--port", "0"])
+    assert result.exit_code == 2 and "missing.txt" in result.output and "Traceback" not in result.output

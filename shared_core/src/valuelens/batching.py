@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -32,17 +33,19 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from valuelens import chunking
+from valuelens.composition import Composition, Side
 from valuelens.errors import ValueLensError
+from valuelens.forward import ForwardPass
 from valuelens.inputs import check_batch_size, check_texts, check_token_budget, token_budget
 from valuelens.readout import Readout, average_passes
-from valuelens.tokenization import TokenizedText
-
-if TYPE_CHECKING:
-    from valuelens.encoder import Encoder
+from valuelens.tokenization import TextReader, TokenizedText
 
 __all__ = [
     "EncodeOutOfMemoryError",
+    "Pipeline",
+    "Searchable",
     "SharedEncoding",
+    "Stages",
     "TruncationWarning",
     "encode_many",
     "plan_batches",
@@ -55,6 +58,42 @@ class EncodeOutOfMemoryError(ValueLensError, torch.OutOfMemoryError):
 
     The message names the text's index in the caller's list and its length in tokens; it is still a
     ``torch.OutOfMemoryError``, so existing ``except torch.OutOfMemoryError`` blocks catch it."""
+
+
+class Pipeline(Protocol):
+    """What the driver needs of an encoder (:class:`valuelens.Encoder` is one): how it reads texts, the
+    forward pass, what its vectors are made of, and which side (documents or queries) it embeds for."""
+
+    @property
+    def reader(self) -> TextReader: ...
+
+    @property
+    def runner(self) -> ForwardPass: ...
+
+    @property
+    def composition(self) -> Composition: ...
+
+    @property
+    def side(self) -> Side: ...
+
+
+@dataclass(frozen=True)
+class Stages:
+    """A :class:`Pipeline` from its pieces (e.g. the raw vectors a first-use fit reads, at another limit)."""
+
+    reader: TextReader
+    runner: ForwardPass
+    composition: Composition
+    side: Side = "document"
+
+
+class Searchable(Pipeline, Protocol):
+    """A pipeline with a query side (:meth:`valuelens.Encoder.for_queries`), as :class:`SharedEncoding` reads."""
+
+    @property
+    def dimension(self) -> int: ...
+
+    def for_queries(self) -> Searchable: ...
 
 
 class TruncationWarning(UserWarning):
@@ -87,7 +126,8 @@ def plan_batches(
 
 
 def run_batches(
-    encoder: Encoder,
+    reader: TextReader,
+    runner: ForwardPass,
     items: Sequence[str],
     readouts: Sequence[Readout],
     *,
@@ -95,30 +135,31 @@ def run_batches(
     max_tokens_per_batch: int | None = None,
     progress: tqdm | None = None,
 ) -> tuple[list[Tensor], int]:
-    """Embed checked ``items`` for ``readouts`` sharing ``encoder``'s model, tokenizer, prompt and
-    edits. Returns one ``[n, dim]`` tensor per readout and how many texts were truncated.
+    """Embed checked ``items`` for ``readouts``, read by ``reader`` and run by ``runner``. Returns one
+    ``[n, dim]`` tensor per readout and how many texts were truncated.
 
     Under ``long_text="chunk"`` a text longer than ``max_length`` is embedded as its windows (each an
     item of the batches) and their vectors are pooled back into one per readout
     (:mod:`valuelens.chunking`); none is truncated."""
-    device = encoder.device
+    device = runner.device
     if not items:
         return [torch.zeros((0, r.dimension), dtype=torch.float32, device=device) for r in readouts], 0
-    if encoder.config.long_text == "chunk":
-        plan = chunking.split(encoder, items)
+    if reader.long_text == "chunk":
+        plan = chunking.split(reader, items)
         grown = len(plan.items) - len(items)
         if grown and progress is not None and progress.total is not None:  # the bar counts the windows
-            progress.total += grown * encoder.passes
+            progress.total += grown * reader.passes
             progress.refresh()
         vectors, n_truncated = _run_passes(
-            encoder, plan.items, readouts, batch_size, max_tokens_per_batch, progress
+            reader, runner, plan.items, readouts, batch_size, max_tokens_per_batch, progress
         )
         return [plan.pool(v) for v in vectors], n_truncated
-    return _run_passes(encoder, items, readouts, batch_size, max_tokens_per_batch, progress)
+    return _run_passes(reader, runner, items, readouts, batch_size, max_tokens_per_batch, progress)
 
 
 def _run_passes(
-    encoder: Encoder,
+    reader: TextReader,
+    runner: ForwardPass,
     items: Sequence[str],
     readouts: Sequence[Readout],
     batch_size: int,
@@ -126,17 +167,17 @@ def _run_passes(
     progress: tqdm | None,
 ) -> tuple[list[Tensor], int]:
     """:func:`run_batches` for items embedded as they are: each prompt pass in sorted batches, averaged."""
-    device = encoder.device
+    device = runner.device
     passes: list[list[Tensor]] = [[] for _ in readouts]
     n_truncated = 0
-    for template_index in range(encoder.passes):
-        tokenized, truncated = encoder.tokenize(items, template_index)
+    for template_index in range(reader.passes):
+        tokenized, truncated = reader.tokenize(items, template_index)
         n_truncated = max(n_truncated, truncated)
         order = sorted(range(len(items)), key=lambda i: -len(tokenized[i].ids))
         outs = [torch.empty((len(items), r.dimension), dtype=torch.float32, device=device) for r in readouts]
         lengths = [len(item.ids) for item in tokenized]
         for chunk in plan_batches(order, lengths, batch_size, max_tokens_per_batch):
-            embedded = _embed_chunk(encoder, tokenized, chunk, readouts)
+            embedded = _embed_chunk(reader, runner, tokenized, chunk, readouts)
             rows = torch.tensor(chunk, device=device)
             for out, emb in zip(outs, embedded, strict=True):
                 out[rows] = emb.to(device)
@@ -148,59 +189,57 @@ def _run_passes(
 
 
 def _embed_chunk(
-    encoder: Encoder, tokenized: Sequence[TokenizedText], chunk: list[int], readouts: Sequence[Readout]
+    reader: TextReader,
+    runner: ForwardPass,
+    tokenized: Sequence[TokenizedText],
+    chunk: list[int],
+    readouts: Sequence[Readout],
 ) -> list[Tensor]:
     """Embed the texts ``chunk`` (indices into ``tokenized``) in one batch; when that runs out of
     memory, embed each half on its own (recursively), down to one text, which then raises
     :class:`EncodeOutOfMemoryError` naming its index and length."""
     try:
-        return encoder.forward(encoder.collate([tokenized[i] for i in chunk]), readouts)
+        return runner.run(reader.collate([tokenized[i] for i in chunk]), readouts)
     except torch.OutOfMemoryError as exc:
         if len(chunk) == 1:
             msg = (
                 f"out of memory embedding texts[{chunk[0]}] on its own ({len(tokenized[chunk[0]].ids)} "
-                f"tokens, prompt included) on {encoder.device}: lower max_length (now {encoder.max_length}), "
+                f"tokens, prompt included) on {runner.device}: lower max_length (now {reader.max_length}), "
                 "or load the model in a smaller dtype or on a device with more free memory"
             )
             raise EncodeOutOfMemoryError(msg) from exc
     # retried outside the except block, so the failed attempt's tensors (held by the traceback) are freed
-    if encoder.device.type == "cuda":
+    if runner.device.type == "cuda":
         torch.cuda.empty_cache()
     half = len(chunk) // 2
-    first = _embed_chunk(encoder, tokenized, chunk[:half], readouts)
-    second = _embed_chunk(encoder, tokenized, chunk[half:], readouts)
+    first = _embed_chunk(reader, runner, tokenized, chunk[:half], readouts)
+    second = _embed_chunk(reader, runner, tokenized, chunk[half:], readouts)
     return [torch.cat(pair) for pair in zip(first, second, strict=True)]
 
 
-def _group_key(encoder: Encoder) -> tuple:
-    """Encoders with equal keys run the same forward passes (same inputs, same edits of the forward)."""
-    prompt = encoder.prompt
-    return (
-        id(encoder.parts.backbone),
-        id(encoder.tokenizer),
-        prompt.templates if prompt else None,
-        encoder.max_length,
-        encoder.config.long_text,
-        encoder.edit_plan,
-    )
+def _group_key(pipeline: Pipeline) -> tuple[Any, ...]:
+    """Pipelines with equal keys run the same forward passes (same inputs, same edits of the forward)."""
+    return (pipeline.runner.key, pipeline.reader.key)
 
 
 def embed_all(
-    encoders: Sequence[Encoder],
+    encoders: Sequence[Pipeline],
     items: Sequence[str],
     *,
     batch_size: int,
     show_progress: bool,
     max_tokens_per_batch: int | Literal["auto"] | None,
     stacklevel: int,
+    raw: bool = False,
 ) -> list[Tensor]:
     """The embeddings of checked ``items`` for each encoder (fp32 tensors on its device), one
-    :class:`TruncationWarning` for the call (``stacklevel`` counted from the public caller)."""
+    :class:`TruncationWarning` for the call (``stacklevel`` counted from the public caller); with ``raw``,
+    the readouts fused only (no post-processing, no lexical part: what a post-processing is fitted on)."""
     outputs: list[Tensor | None] = [None] * len(encoders)
     groups: dict[tuple, list[int]] = {}
     for i, encoder in enumerate(encoders):
         groups.setdefault(_group_key(encoder), []).append(i)
-    total_passes = sum(encoders[members[0]].passes for members in groups.values())
+    total_passes = sum(encoders[members[0]].reader.passes for members in groups.values())
     n_truncated = 0
     with (
         tqdm(
@@ -213,26 +252,31 @@ def embed_all(
     ):
         for members in groups.values():
             leader = encoders[members[0]]
-            readouts = [readout for i in members for readout in encoders[i].readouts]
+            readouts = [readout for i in members for readout in encoders[i].composition.readouts]
             results, truncated = run_batches(
-                leader,
+                leader.reader,
+                leader.runner,
                 items,
                 readouts,
                 batch_size=batch_size,
-                max_tokens_per_batch=token_budget(max_tokens_per_batch, leader.device.type),
+                max_tokens_per_batch=token_budget(max_tokens_per_batch, leader.runner.device.type),
                 progress=progress,
             )
             n_truncated = max(n_truncated, truncated)
             start = 0
             for i in members:
-                count = len(encoders[i].readouts)
-                encoder = encoders[i]
-                dense = encoder.combine(results[start : start + count])
-                outputs[i] = encoder.join_lexical(dense, encoder.lexical_part(items))
+                composition = encoders[i].composition
+                count = len(composition.readouts)
+                parts = results[start : start + count]
+                if raw:
+                    outputs[i] = composition.raw(parts)
+                else:
+                    lexical = composition.lexical_part(items, encoders[i].side)
+                    outputs[i] = composition.join(composition.dense(parts), lexical)
                 start += count
     if n_truncated and encoders:
         warnings.warn(
-            f"{n_truncated} of {len(items)} texts were longer than max_length={encoders[0].max_length} tokens "
+            f"{n_truncated} of {len(items)} texts were longer than max_length={encoders[0].reader.max_length} tokens "
             "and were truncated (the prompt was kept)",
             TruncationWarning,
             stacklevel=stacklevel + 1,
@@ -241,7 +285,7 @@ def embed_all(
 
 
 def encode_many(
-    encoders: Sequence[Encoder],
+    encoders: Sequence[Pipeline],
     texts: Sequence[str],
     *,
     batch_size: int = 32,
@@ -249,11 +293,13 @@ def encode_many(
     show_progress: bool = False,
     convert_to_tensor: bool = False,
     max_tokens_per_batch: int | Literal["auto"] | None = "auto",
+    raw: bool = False,
 ) -> list[np.ndarray] | list[Tensor]:
     """Embed ``texts`` with several encoders, sharing forward passes where they can.
 
     Returns one ``[n, dimension]`` array (or tensor) per encoder, in order; each equals what the
-    encoder's own :meth:`~valuelens.Encoder.encode` gives.
+    encoder's own :meth:`~valuelens.Encoder.encode` gives (with ``raw``: its raw vectors, before the
+    post-processing and the lexical part).
     """
     items, _ = check_texts(texts)
     check_batch_size(batch_size)
@@ -265,6 +311,7 @@ def encode_many(
         show_progress=show_progress,
         max_tokens_per_batch=max_tokens_per_batch,
         stacklevel=2,
+        raw=raw,
     )
     if normalize:
         tensors = [torch.nn.functional.normalize(out, dim=-1) for out in tensors]
@@ -278,7 +325,7 @@ class SharedEncoding:
     Usage: ``shared = SharedEncoding([va, best]); shared.view(1).encode_query(["what causes rain?"])``.
     """
 
-    def __init__(self, encoders: Sequence[Encoder]) -> None:
+    def __init__(self, encoders: Sequence[Searchable]) -> None:
         self.encoders = list(encoders)
         self.query_encoders = [encoder.for_queries() for encoder in self.encoders]
         self._cache: dict[str, list[np.ndarray]] = {}

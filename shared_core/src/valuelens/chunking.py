@@ -5,9 +5,12 @@ Usage::
 
     enc = Encoder.from_pretrained(max_length=128, long_text="chunk")
     enc.encode(long_document)                  # one vector: its windows' vectors, averaged
-    [w.text for w in windows(enc, long_document)]      # the window texts it embedded
-    plan = split(enc, texts)                   # what the batching driver does: windows as items ...
+    [w.text for w in windows(enc.reader, long_document)]   # the window texts it embedded
+    plan = split(enc.reader, texts)            # what the batching driver does: windows as items ...
     vectors = plan.pool(per_item_vectors)      # ... and their vectors back to one per text
+
+It reads texts through a :class:`~valuelens.tokenization.TextReader` (the tokenizer, the prompt's
+templates, the token limit), not through an encoder.
 
 The rule, for a text that does not fit in ``max_length`` tokens under every template of the prompt
 (MetaEOL's eight, Contrastive Prompting's auxiliary prompt) with Token Prepending's placeholder:
@@ -41,17 +44,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from valuelens.errors import ConfigError
-from valuelens.prompts import Prompt
-from valuelens.tokenization import copies, prompted_length, text_token_spans
-
-if TYPE_CHECKING:
-    from valuelens.encoder import Encoder
+from valuelens.tokenization import TextReader, copies, prompted_length, text_token_spans
 
 __all__ = ["OVERLAP", "ChunkPlan", "Window", "split", "window_size", "windows"]
 
@@ -73,36 +71,28 @@ class Window:
         return self.end - self.first
 
 
-def _templates(encoder: Encoder) -> list[tuple[Prompt | None, int]]:
-    """Every (prompt, template) a text of ``encoder`` is tokenized under."""
-    found: list[tuple[Prompt | None, int]] = [(encoder.prompt, i) for i in range(encoder.passes)]
-    if encoder.contrast_prompt is not None:
-        found.append((encoder.contrast_prompt, 0))
-    return found
+def _placeholder(reader: TextReader) -> int:
+    return 1 if reader.placeholder else 0
 
 
-def _placeholder(encoder: Encoder) -> int:
-    return 1 if encoder.config.prepend_layers is not None else 0
-
-
-def _excess(encoder: Encoder, text: str) -> int:
+def _excess(reader: TextReader, text: str) -> int:
     """How many tokens ``text`` takes beyond ``max_length`` under its longest template (≤ 0: it fits)."""
-    room = encoder.max_length - _placeholder(encoder)
-    return max(prompted_length(encoder.tokenizer, text, p, i) for p, i in _templates(encoder)) - room
+    room = reader.max_length - _placeholder(reader)
+    return max(prompted_length(reader.tokenizer, text, p, i) for p, i in reader.templates) - room
 
 
-def window_size(encoder: Encoder) -> int:
-    """Text tokens per window for ``encoder``: what fits beside its longest template (see the module
+def window_size(reader: TextReader) -> int:
+    """Text tokens per window for ``reader``: what fits beside its longest template (see the module
     docstring). Raises :class:`ConfigError` when the prompt alone leaves no room."""
-    room = encoder.max_length - _placeholder(encoder)
+    room = reader.max_length - _placeholder(reader)
     sizes = []
-    for prompt, index in _templates(encoder):
-        alone = prompted_length(encoder.tokenizer, "", prompt, index)
+    for prompt, index in reader.templates:
+        alone = prompted_length(reader.tokenizer, "", prompt, index)
         if alone >= room:
-            extra = " and Token Prepending's placeholder" if _placeholder(encoder) else ""
+            extra = " and Token Prepending's placeholder" if _placeholder(reader) else ""
             msg = (
                 f"the prompt template alone is {alone} tokens{extra}, leaving no room for text in "
-                f"max_length={encoder.max_length}: raise max_length or use a shorter prompt"
+                f"max_length={reader.max_length}: raise max_length or use a shorter prompt"
             )
             raise ConfigError(msg)
         sizes.append((room - alone) // copies(prompt, index))
@@ -122,10 +112,10 @@ def _bounds(n: int, size: int) -> list[tuple[int, int]]:
         first += step
 
 
-def windows(encoder: Encoder, text: str) -> list[Window]:
-    """The windows ``encoder`` embeds ``text`` as under ``long_text="chunk"``: overlapping windows that
+def windows(reader: TextReader, text: str) -> list[Window]:
+    """The windows ``reader`` embeds ``text`` as under ``long_text="chunk"``: overlapping windows that
     each fit in ``max_length`` when the text does not, else one window holding the whole text."""
-    tokenizer = encoder.tokenizer
+    tokenizer = reader.tokenizer
     spans = text_token_spans(tokenizer, text)
     if spans is not None:
         n = len(spans)
@@ -139,19 +129,19 @@ def windows(encoder: Encoder, text: str) -> list[Window]:
         def piece(first: int, end: int) -> str:
             return tokenizer.decode(ids[first:end], clean_up_tokenization_spaces=False)
 
-    if n == 0 or _excess(encoder, text) <= 0:
+    if n == 0 or _excess(reader, text) <= 0:
         return [Window(text, 0, n)]
-    most = max(copies(p, i) for p, i in _templates(encoder))
-    size = window_size(encoder)
+    most = max(copies(p, i) for p, i in reader.templates)
+    size = window_size(reader)
     while True:
         found = [Window(piece(first, end), first, end) for first, end in _bounds(n, size)]
-        excess = max(_excess(encoder, window.text) for window in found)
+        excess = max(_excess(reader, window.text) for window in found)
         if excess <= 0:
             return found
         size -= max(1, math.ceil(excess / most))
         if size < 1:  # pragma: no cover - a window of one token that does not fit beside the prompt
             msg = (
-                f"a single token of the text does not fit beside the prompt in max_length={encoder.max_length}: "
+                f"a single token of the text does not fit beside the prompt in max_length={reader.max_length}: "
                 "raise max_length or use a shorter prompt"
             )
             raise ConfigError(msg)
@@ -201,14 +191,14 @@ class ChunkPlan:
         return pooled
 
 
-def split(encoder: Encoder, texts: Sequence[str]) -> ChunkPlan:
-    """The items ``encoder`` embeds for ``texts`` under ``long_text="chunk"`` (see :class:`ChunkPlan`):
+def split(reader: TextReader, texts: Sequence[str]) -> ChunkPlan:
+    """The items ``reader`` embeds for ``texts`` under ``long_text="chunk"`` (see :class:`ChunkPlan`):
     a text that fits stays one item (weight 1), a long one becomes its :func:`windows`."""
     items: list[str] = []
     owners: list[int] = []
     weights: list[float] = []
     for owner, text in enumerate(texts):
-        found = windows(encoder, text) if _excess(encoder, text) > 0 else [Window(text, 0, 1)]
+        found = windows(reader, text) if _excess(reader, text) > 0 else [Window(text, 0, 1)]
         for window in found:
             items.append(window.text)
             owners.append(owner)

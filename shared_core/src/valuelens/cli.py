@@ -33,6 +33,7 @@ from valuelens.options import (
     SpecFields,
     ThreadsOpt,
     command_spec,
+    extra_imports,
     fail,
     spec_options,
     use_threads,
@@ -146,7 +147,9 @@ def _embed_ray(
     import time
 
     from valuelens import EncoderConfig
-    from valuelens.distributed import embed_files
+
+    with extra_imports("ray", "valuelens embed --ray"):
+        from valuelens.distributed import embed_files
 
     config = EncoderConfig.from_dict({k: v for k, v in settings.items() if k != "model"})
     start = time.perf_counter()
@@ -348,10 +351,11 @@ def eval_(
     spec: SpecFields,
 ) -> None:
     """Score recipes on local tasks with the MTEB metrics; recipes sharing a prompt share forward passes."""
-    from valuelens.evaluation import evaluate, load_task, parse_task_spec
-    from valuelens.evaluation.compare import evaluate_variants, load_probe, time_alone, variant_encoders
-    from valuelens.evaluation.reference import REFERENCE_LABEL, reference_model
-    from valuelens.evaluation.report import EvalReport
+    with extra_imports("eval", "valuelens eval"):
+        from valuelens.evaluation import evaluate, load_task, parse_task_spec
+        from valuelens.evaluation.compare import evaluate_variants, load_probe, time_alone, variant_encoders
+        from valuelens.evaluation.reference import REFERENCE_LABEL, reference_model
+        from valuelens.evaluation.report import EvalReport
     from valuelens.variants import parse_variants
 
     command = _command()
@@ -410,9 +414,10 @@ def sweep(
     threads: ThreadsOpt = "auto",
 ) -> None:
     """Per-layer score curve (paper Fig. 3) and the best contiguous layer band, from one forward pass."""
-    from valuelens.evaluation import load_task
-    from valuelens.evaluation.compare import load_probe
-    from valuelens.evaluation.sweep import LayerSweeper, sweep_stem
+    with extra_imports("eval", "valuelens sweep"):
+        from valuelens.evaluation import load_task
+        from valuelens.evaluation.compare import load_probe
+        from valuelens.evaluation.sweep import LayerSweeper, sweep_stem
     from valuelens.recipes import get_recipe
 
     command = _command()

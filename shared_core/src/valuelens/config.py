@@ -206,7 +206,7 @@ class EncoderConfig:
     postprocess: str | None = None
     """A fitted :class:`valuelens.Postprocess` applied last: a ``.safetensors`` file, ``"builtin:NAME"``, or
     ``"fit:KIND[:K][@FILE]"`` (fitted when the encoder loads the model, on the package's corpus or FILE,
-    and cached per model: :mod:`valuelens.first_use`)."""
+    any file or folder of texts, and cached per model: :mod:`valuelens.states`)."""
     drop_prefix: bool = False
     """Last-token attention recipes (``wva``, ``aligned-wva``, ``wva-lt``): the last token attends from
     the pooled text on. The keys before it (a BOS and the prompt's head, whose values are the same for
@@ -221,10 +221,10 @@ class EncoderConfig:
     and a large ``lexical_query``, query–document ranking gets the lexical signal while
     document–document similarity stays the model's (docs/lexical.md)."""
     lexical_corpus: str | None = None
-    """Unlabeled texts the lexical part's idf is counted on (a file: one text per line, or ``.jsonl`` with
-    a ``text`` field), or a saved lexical state (``.safetensors``, what a saved sentence-transformers model
+    """Unlabeled texts the lexical part's idf is counted on (a file or folder, read as ``valuelens embed``
+    reads its input: ``.txt`` one text per line, ``.jsonl``/``.csv``/``.parquet`` a ``text`` field), or a saved lexical state (``.safetensors``, what a saved sentence-transformers model
     carries); ``None``: English word frequencies (the package's corpus for the tokens no English word
-    reaches). Fitted once per model and cached (:mod:`valuelens.first_use`)."""
+    reaches). Fitted once per model and cached (:mod:`valuelens.states`)."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)

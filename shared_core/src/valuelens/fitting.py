@@ -1,33 +1,50 @@
-"""Fitting a :class:`~valuelens.Postprocess` on the embeddings an encoder gives for unlabeled texts.
+"""Fitting a :class:`~valuelens.Postprocess` on the raw vectors an encoder gives for unlabeled texts.
 
 Usage::
 
     texts = unlabeled_texts("../shared/data/stsb/train.jsonl", ("sentence1", "sentence2"))
-    state = fit_texts(encoder, texts, kind="abtt", k=1)   # embeds (un-normalized), then fits
+    state = fit_texts(encoder, texts, kind="abtt", k=1)   # embeds (raw: no post-processing, no lexical part)
     state.save("abtt.safetensors")                         # then postprocess="abtt.safetensors"
 
 One layer above :mod:`valuelens.postprocess` (which knows nothing of encoders) and below the command
-line (``valuelens fit``).
+line (``valuelens fit``); it takes anything that gives raw vectors (:class:`RawVectors`): an
+:class:`~valuelens.Encoder`, or the builder's :class:`~valuelens.states.RawEncoder` at first use.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
+
+from torch import Tensor
 
 from valuelens.errors import ConfigError
 from valuelens.inputs import check_texts
 from valuelens.postprocess import DEFAULT_EPS, Postprocess, PostprocessKind, check_count, check_settings
 
-if TYPE_CHECKING:
-    from valuelens.encoder import Encoder
+__all__ = ["RawVectors", "fit_texts"]
 
-__all__ = ["fit_texts"]
+
+class RawVectors(Protocol):
+    """What :func:`fit_texts` needs: raw vectors (the readouts fused; no post-processing, no lexical part),
+    their size, and the model name and spec the fitted state records."""
+
+    @property
+    def raw_dimension(self) -> int: ...
+
+    @property
+    def name_or_path(self) -> str: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    def encode_raw(
+        self, texts: Sequence[str], *, batch_size: int = 32, show_progress: bool = False
+    ) -> Tensor: ...
 
 
 def fit_texts(
-    encoder: Encoder,
+    encoder: RawVectors,
     texts: Sequence[str],
     kind: PostprocessKind = "abtt",
     k: int = 1,
@@ -38,7 +55,7 @@ def fit_texts(
     fitted_on: str | None = None,
     show_progress: bool = False,
 ) -> Postprocess:
-    """Embed ``texts`` with ``encoder`` (un-normalized) and :meth:`Postprocess.fit` on them.
+    """Embed ``texts`` raw with ``encoder`` and :meth:`Postprocess.fit` on them.
 
     The count is checked before any forward pass; the state records the encoder's model and
     config. Usage: ``fit_texts(encoder, train_sentences, kind="whiten", dim=128)``.
@@ -49,16 +66,11 @@ def fit_texts(
             "encoder built without one"
         )
         raise ConfigError(msg)
-    if getattr(encoder, "lexical", None) is not None:  # the lexical part is joined after the post-processing
-        encoder = copy.copy(encoder)
-        encoder.lexical = None
     items, _ = check_texts(texts, allow_single=False)
-    d = encoder.dimension
+    d = encoder.raw_dimension
     check_settings(kind, k, dim, eps, d)
     check_count(kind, k, dim, d, len(items), "texts")
-    embeddings = encoder.encode(
-        items, batch_size=batch_size, convert_to_tensor=True, show_progress=show_progress
-    )
+    embeddings = encoder.encode_raw(items, batch_size=batch_size, show_progress=show_progress)
     return Postprocess.fit(
         embeddings,
         kind,

@@ -4,6 +4,10 @@ Usage::
 
     texts, ids = read_texts(Path("sentences.jsonl"), field="body", id_field="key")
     texts = unlabeled_texts("train.jsonl", ("sentence1", "sentence2"), limit=2000)  # to fit a Postprocess on
+    texts = unlabeled_texts("my_docs/")          # a folder: one text per .txt/.md file, rows of the others
+
+:func:`read_records` is the one reader of texts: ``embed``, ``fit``, ``tune --corpus``, a first-use fit's
+``@FILE``, ``lexical_corpus`` and ``serve --warm-up`` all go through it.
     write_vectors(Path("vectors.parquet"), vectors, ids=ids, texts=texts, settings={"recipe": "va"})
     vectors, ids, texts, settings = read_vectors(Path("vectors.parquet"))
     report_path(Path("out/qwen2.5-0.5b-sts"), ".md")  # out/qwen2.5-0.5b-sts.md
@@ -14,6 +18,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import gzip
+import io as io_module
 import json
 import os
 import re
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from valuelens.errors import ConfigError, ValueLensError
+from valuelens.extras import require
 
 __all__ = [
     "OUTPUT_SUFFIXES",
@@ -44,6 +51,10 @@ __all__ = [
 ]
 
 _REPORT_SUFFIXES = frozenset({".md", ".json", ".png"})
+#: In a folder, files read whole as one text each (the others are read as rows: .jsonl, .csv, .parquet).
+TEXT_FILE_SUFFIXES = (".txt", ".md", ".rst", ".text")
+#: The row formats :func:`read_records` reads (each may also be gzip-compressed: ``.jsonl.gz``).
+ROW_SUFFIXES = (".jsonl", ".csv", ".parquet")
 #: The vector files :func:`write_vectors` writes (and :func:`read_vectors` reads back).
 OUTPUT_SUFFIXES = (".npy", ".parquet")
 
@@ -92,18 +103,24 @@ def read_records(path: Path, *, field: str = "text", id_field: str | None = None
     rows do not shift when it is left out. Line numbers in :class:`BadLine` are 1-based, as editors
     show them. A ``field`` that no row has is an error of the whole file, not of each line.
 
+    A folder gives one text per ``.txt``/``.md``/``.rst`` file (read whole; its id is its path inside the
+    folder) and the rows of its ``.jsonl``/``.csv``/``.parquet`` files (id ``FILE:ROW``), in path order;
+    hidden files are skipped. A ``.gz`` file is read as the file inside it (``docs.jsonl.gz``).
+
     Usage: ``records = read_records(Path("in.jsonl"), field="body"); records.bad`` lists what is wrong.
     """
-    suffix = path.suffix.lower()
     if not path.exists():
         msg = f"input file {str(path)!r} does not exist"
         raise ValueLensError(msg)
+    if path.is_dir():
+        return _read_folder(path, field=field, id_field=id_field)
+    suffix = _suffix(path)
     if suffix == ".txt":
         return _read_txt(path)
     rows: list[tuple[int, dict[str, Any]]] = []  # (1-based line or row number, row)
     bad: list[BadLine] = []
     if suffix == ".jsonl":
-        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        for number, raw in enumerate(_read_bytes(path).split(b"\n"), start=1):
             text, error = _decode(raw)
             if error is not None:
                 bad.append(BadLine(number, error))
@@ -122,16 +139,18 @@ def read_records(path: Path, *, field: str = "text", id_field: str | None = None
                     row = {}
             rows.append((number, row))
     elif suffix == ".csv":
-        with path.open(encoding="utf-8", errors="surrogateescape", newline="") as handle:
-            reader = csv.DictReader(handle)
-            for row in reader:
-                rows.append((reader.line_num, row))
+        handle = io_module.StringIO(_read_bytes(path).decode("utf-8", errors="surrogateescape"), newline="")
+        reader = csv.DictReader(handle)
+        for row in reader:
+            rows.append((reader.line_num, row))
     elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = list(enumerate(pq.read_table(path).to_pylist(), start=1))
+        pq = require("pyarrow.parquet", "eval", "reading .parquet files")
+        rows = list(enumerate(pq.read_table(io_module.BytesIO(_read_bytes(path))).to_pylist(), start=1))
     else:
-        msg = f"unsupported input {path.suffix!r}: use .txt (one text per line), .jsonl, .csv or .parquet"
+        msg = (
+            f"unsupported input {path.suffix!r}: use .txt (one text per line), .jsonl, .csv or .parquet "
+            "(or a .gz of one), or a folder of such files"
+        )
         raise ValueLensError(msg)
     broken = {b.line for b in bad}
     good_rows = [row for number, row in rows if number not in broken]
@@ -162,6 +181,60 @@ def read_records(path: Path, *, field: str = "text", id_field: str | None = None
     return Records(texts, ids, bad)
 
 
+def _suffix(path: Path) -> str:
+    """The format suffix of ``path``: ``.jsonl`` for ``docs.jsonl.gz`` too."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when it is a ``.gz``."""
+    data = path.read_bytes()
+    if path.suffix.lower() == ".gz":
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            msg = f"{path.name} is not a readable gzip file: {exc}"
+            raise ValueLensError(msg) from None
+    return data
+
+
+def _read_folder(folder: Path, *, field: str, id_field: str | None) -> Records:
+    """The records of every text and row file under ``folder`` (see :func:`read_records`)."""
+    texts: list[str] = []
+    ids: list[Any] = []
+    bad: list[BadLine] = []
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    readable = [p for p in files if _suffix(p) in (*TEXT_FILE_SUFFIXES, *ROW_SUFFIXES)]
+    if not readable:
+        msg = (
+            f"the folder {str(folder)!r} holds no {', '.join(TEXT_FILE_SUFFIXES)} file (one text each) and no "
+            f"{', '.join(ROW_SUFFIXES)} file (one text per row)"
+        )
+        raise ValueLensError(msg)
+    for number, path in enumerate(readable, start=1):
+        name = path.relative_to(folder).as_posix()
+        if _suffix(path) in TEXT_FILE_SUFFIXES:
+            text, error = _decode(_read_bytes(path))
+            if error is not None:
+                bad.append(BadLine(number, f"{name} is {error}", "file"))
+            elif text.strip():
+                texts.append(text)
+                ids.append(name)
+            continue
+        records = read_records(path, field=field, id_field=id_field)
+        texts += records.texts
+        ids += [f"{name}:{i}" for i in records.ids]
+        bad += [BadLine(number, f"{name} {b}", "file") for b in records.bad]
+    return Records(texts, ids, bad)
+
+
 def read_texts(
     path: Path, *, field: str = "text", id_field: str | None = None
 ) -> tuple[list[str], list[Any]]:
@@ -187,12 +260,13 @@ def unlabeled_texts(
     limit: int | None = None,
     seed: int = 0,
 ) -> list[str]:
-    """The distinct texts of a file (first occurrence order), to fit a :class:`valuelens.Postprocess` on.
+    """The distinct texts of a file or folder (first occurrence order, each stripped of surrounding white
+    space, blank ones left out): what a post-processing or a lexical part is fitted on, and what tune reads.
 
     ``.txt`` files give one text per non-blank line; ``.jsonl``, ``.csv`` and ``.parquet`` the
-    ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files). With
-    ``limit``, a seeded random sample of that many texts (in file order). A malformed line raises
-    :class:`InputFileError`. Usage:
+    ``fields`` (all of them, in turn: ``("sentence1", "sentence2")`` for STS pair files); a folder
+    what :func:`read_records` reads there. With ``limit``, a seeded random sample of that many texts (in
+    file order). A malformed line raises :class:`InputFileError`. Usage:
     ``unlabeled_texts("../shared/data/stsb/train.jsonl", ("sentence1", "sentence2"), limit=2000)``.
     """
     names = [fields] if isinstance(fields, str) else list(fields)
@@ -207,7 +281,7 @@ def unlabeled_texts(
     found: list[str] = []
     for name in names:
         found += read_texts(Path(path), field=name)[0]
-    texts = list(dict.fromkeys(found))
+    texts = list(dict.fromkeys(t.strip() for t in found if t.strip()))
     if limit is not None and limit < len(texts):
         keep = np.sort(np.random.default_rng(seed).choice(len(texts), size=limit, replace=False))
         texts = [texts[int(i)] for i in keep]
@@ -226,7 +300,7 @@ def _read_txt(path: Path) -> Records:
     texts: list[str] = []
     ids: list[Any] = []
     bad: list[BadLine] = []
-    data = path.read_bytes()
+    data = _read_bytes(path)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line starts no line
@@ -260,9 +334,8 @@ def write_vectors(
         with replace_atomically(path) as tmp, tmp.open("wb") as handle:
             np.save(handle, vectors.astype(np.float32), allow_pickle=False)
     elif suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
+        pa = require("pyarrow", "eval", "writing .parquet vectors")
+        pq = require("pyarrow.parquet", "eval", "writing .parquet vectors")
         dim = int(vectors.shape[1]) if vectors.ndim == 2 else 0
         flat = pa.array(vectors.astype(np.float32).reshape(-1), type=pa.float32())
         table = pa.table(
@@ -324,6 +397,8 @@ def check_output(path: Path) -> None:
     if path.is_dir():
         msg = f"output {str(path)!r} is a folder: name a file ending in {' or '.join(OUTPUT_SUFFIXES)}"
         raise ValueLensError(msg)
+    if path.suffix.lower() == ".parquet":
+        require("pyarrow.parquet", "eval", "writing .parquet vectors")
     folder = path.absolute().parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -382,8 +457,8 @@ def _read_npy(path: Path) -> tuple[np.ndarray, list[Any], dict[str, Any]]:
 
 
 def _read_parquet(path: Path) -> tuple[np.ndarray, list[Any], list[str], dict[str, Any]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "eval", "reading .parquet vectors")
+    pq = require("pyarrow.parquet", "eval", "reading .parquet vectors")
 
     try:
         table = pq.read_table(path)

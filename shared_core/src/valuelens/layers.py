@@ -172,3 +172,11 @@ def default_layers(recipe: Recipe, model_type: str, n_layers: int, hidden_size: 
     if recipe.auto_layers == "last":
         return (n_layers - 1,)
     return auto_layers(model_type, n_layers, hidden_size, recipe.name) or depth_band(n_layers)
+
+
+def layers_label(layers: Sequence[int]) -> str:
+    """``(8, 9, 10)`` → ``"8-10"``; other sets as a comma list."""
+    layers = tuple(layers)
+    if len(layers) > 2 and layers == tuple(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(map(str, layers))

@@ -16,9 +16,10 @@ unit length. The text is read alone: no prompt, no special tokens, up to :data:`
   (:mod:`valuelens.word_frequency`: no corpus), counted on the package's corpus for the tokens no English
   word reaches. ``lexical_corpus`` counts it on N unlabeled texts of your own instead.
 - **State.** The mean, the whitening and the idf make a :class:`LexicalState`. It is fitted once per
-  model and corpus, in seconds, and cached like a first-use post-processing (:mod:`valuelens.first_use`).
+  model and corpus, in seconds, and cached like a first-use post-processing (:mod:`valuelens.states`).
 
-The encoder joins it to the model's part after the post-processing (:class:`LexicalPart`). Both parts
+The encoder's :class:`~valuelens.composition.Composition` joins it to the model's part after the
+post-processing (:class:`LexicalPart`). Both parts
 are unit length, weighted ``√(1−w)`` and ``√w``, so between two documents
 ``cosine = (1−w)·cos(model) + w·cos(lexical)``. A query embedded with weight ``q``
 (``lexical_query``) against a document embedded with ``w`` scores
@@ -34,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -43,9 +44,6 @@ from torch import Tensor
 
 from valuelens.errors import ConfigError
 
-if TYPE_CHECKING:
-    from valuelens.encoder import Encoder
-
 __all__ = [
     "FLOOR",
     "MAX_TOKENS",
@@ -53,7 +51,7 @@ __all__ = [
     "LexicalPart",
     "LexicalState",
     "counted_idf",
-    "lexical_lens",
+    "token_ids",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,11 +78,10 @@ class LexicalState:
 
     @classmethod
     def fit(
-        cls, embeddings: Tensor, tokenizer: Any, texts: Sequence[str], *, word_frequencies: bool = False
+        cls, embeddings: Tensor, tokenizer: Any, texts: Sequence[str], *, word_idf: Tensor | None = None
     ) -> LexicalState:
-        """Whitening from the input-embedding matrix ``embeddings`` ``[V, h]``; idf counted on ``texts``,
-        or with ``word_frequencies`` from English word frequencies where they reach a token and counted on
-        ``texts`` elsewhere."""
+        """Whitening from the input-embedding matrix ``embeddings`` ``[V, h]``; idf counted on ``texts``, or
+        taken from ``word_idf`` ``[V]`` (:func:`valuelens.word_frequency.word_idf`) where it is not NaN."""
         rows, hidden = embeddings.shape
         total = torch.zeros(hidden, dtype=torch.float64)
         gram = torch.zeros(hidden, hidden, dtype=torch.float64)
@@ -103,10 +100,8 @@ class LexicalState:
             if ids:
                 df[torch.tensor(sorted(set(ids)), dtype=torch.long).clamp(max=rows - 1)] += 1
         idf = counted_idf(df, len(texts))
-        if word_frequencies:
-            from valuelens.word_frequency import word_idf
-
-            words = torch.from_numpy(word_idf(tokenizer, rows))
+        if word_idf is not None:
+            words = word_idf.to(idf.dtype)
             idf = torch.where(words.isnan(), idf, words)
         return cls(mean.float(), whitening.float(), idf.float())
 
@@ -210,35 +205,3 @@ class LexicalLens:
                 out[i] = weights @ self.embeddings[tokens].float() - weights.sum() * self.mean
             out = out @ self.whitening
         return torch.nn.functional.normalize(out, dim=-1)
-
-
-def lexical_lens(encoder: Encoder) -> LexicalLens:
-    """The lexical lens ``encoder``'s spec asks for: its state read from the cache, else fitted (English
-    word frequencies and the package's corpus, or ``lexical_corpus``) and cached (one log line)."""
-    from valuelens import word_frequency
-    from valuelens.first_use import cache_folder, cache_state, corpus_texts, fingerprint
-
-    backbone: Any = encoder.parts.backbone  # a transformers PreTrainedModel
-    embeddings = backbone.get_input_embeddings().weight
-    corpus = encoder.config.lexical_corpus
-    if corpus is not None and corpus.endswith(STATE_SUFFIX):  # a saved state (a sentence-transformers save)
-        return LexicalLens(embeddings, encoder.tokenizer, LexicalState.load(Path(corpus).expanduser()))
-    texts, source = corpus_texts(
-        None if corpus is None else Path(corpus).expanduser(), option="lexical_corpus"
-    )
-    words = corpus is None  # the default idf: word frequencies, the package's corpus where they do not reach
-    if words:
-        source = f"{word_frequency.source()} and {source}"
-    key = fingerprint(encoder, source, {"lexical_state": STATE_VERSION, "floor": FLOOR})
-    file = cache_folder() / f"lexical-{key}.safetensors"
-    if file.is_file():
-        try:
-            return LexicalLens(embeddings, encoder.tokenizer, LexicalState.load(file))
-        except ConfigError as exc:
-            logger.warning("lexical state %s cannot be used (%s); fitting it again", file, exc)
-    logger.info(
-        "lexical part: fitting idf on %s for %s (cached in %s)", source, encoder.name_or_path, file.parent
-    )
-    state = LexicalState.fit(embeddings, encoder.tokenizer, texts, word_frequencies=words)
-    cache_state(state, file, "lexical state")
-    return LexicalLens(embeddings, encoder.tokenizer, state)

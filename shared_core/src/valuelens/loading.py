@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -24,6 +25,7 @@ from valuelens.architectures import FULL_DEPTH_ATTR, ModelParts, full_depth, mod
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
+from valuelens.prompts import Prompt
 
 __all__ = [
     "DTypeSpec",
@@ -38,6 +40,7 @@ __all__ = [
     "resolve_device",
     "resolve_dtype",
     "same_device",
+    "spec_and_filter",
 ]
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"]
@@ -231,3 +234,35 @@ def resolve_config(
 
     text_config = load_config(models.path(path), trust_remote_code=trust_remote_code).get_text_config()
     return config.resolved(*model_key(text_config))
+
+
+def spec_and_filter(
+    config: EncoderConfig | None, embed_filter: float | EmbedFilter | None, settings: Mapping[str, Any]
+) -> tuple[EncoderConfig, EmbedFilter | None]:
+    """One validated spec from ``config`` or keyword settings (not both), and the prebuilt filter if
+    ``embed_filter`` is one (a number is the field). Usage: ``spec_and_filter(None, 2, {"recipe": "hs"})``."""
+    given = dict(settings)
+    prebuilt = embed_filter if isinstance(embed_filter, EmbedFilter) else None
+    if embed_filter is not None and prebuilt is None:
+        given["embed_filter"] = embed_filter
+    if isinstance(given.get("prompt"), Prompt):
+        given["prompt"] = given["prompt"].spec
+    if config is not None and not isinstance(config, EncoderConfig):
+        msg = f"config must be a valuelens.EncoderConfig, got {type(config).__name__}"
+        raise TypeError(msg)
+    if config is not None and given:
+        msg = (
+            f"pass either config= or the settings {', '.join(sorted(given))} as keywords, not both "
+            "(use config.replace(...) to change a config)"
+        )
+        raise ConfigError(msg)
+    if config is None:
+        if prebuilt is not None:
+            given.update(embed_filter=prebuilt.tau, embed_filter_offset=prebuilt.offset)
+        config = EncoderConfig.from_dict(given)
+    elif prebuilt is not None and (config.embed_filter, config.embed_filter_offset) != (
+        prebuilt.tau,
+        prebuilt.offset,
+    ):
+        config = config.replace(embed_filter=prebuilt.tau, embed_filter_offset=prebuilt.offset)
+    return config, prebuilt

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from valuelens import hub
 from valuelens.errors import ModelProvisioningError
+from valuelens.extras import hint
 
 try:  # POSIX only; elsewhere concurrent conversions are not serialised
     import fcntl
@@ -580,10 +581,7 @@ def _load_gguf_checked(
     try:
         return load_gguf(gguf, progress=progress)
     except ImportError as exc:  # torch / transformers / gguf / accelerate missing: transformers names it
-        msg = (
-            f"loading {gguf.name} for {spec.name!r} needs torch, transformers, gguf and accelerate ({exc}); "
-            f"run: {shlex.join([sys.executable, '-m', 'pip', 'install', 'gguf>=0.10', 'accelerate>=1.0'])}"
-        )
+        msg = f"{hint('models', f'provisioning {spec.name!r} (reading {gguf.name})')} ({exc})"
         raise ModelProvisioningError(msg) from exc
     except Exception as exc:
         msg = (

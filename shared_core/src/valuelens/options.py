@@ -19,12 +19,13 @@ stands. Nothing here imports torch: ``--help`` and an argument error answer at o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -32,6 +33,7 @@ import typer
 
 from valuelens.config import FIELDS, Combine, EncoderConfig, LongText, field_descriptions
 from valuelens.errors import ConfigError
+from valuelens.extras import hint
 
 __all__ = [
     "NONE",
@@ -45,6 +47,7 @@ __all__ = [
     "SpecFields",
     "ThreadsOpt",
     "command_spec",
+    "extra_imports",
     "fail",
     "layers_arg",
     "spec_option_names",
@@ -89,6 +92,20 @@ def fail(message: object) -> typer.Exit:
     """Print ``error: MESSAGE`` on stderr and return the exit (code 2) to raise: a user error, no traceback."""
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     return typer.Exit(code=2)
+
+
+@contextlib.contextmanager
+def extra_imports(extra: str, what: str) -> Iterator[None]:
+    """Imports in the ``with`` body that need ``extra``: a missing package is one ``error:`` line naming
+    the extra and its pip command (exit 2), not a traceback. Usage:
+    ``with extra_imports("eval", "valuelens eval"): from valuelens.evaluation import evaluate``."""
+    try:
+        yield
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or ""
+        if missing == "valuelens" or missing.startswith("valuelens."):
+            raise  # a bug of ours, not a missing extra
+        raise fail(f"{hint(extra, what)} ({exc})") from None
 
 
 def layers_arg(layers: str) -> Any:

@@ -590,7 +590,7 @@ def load_postprocess(reference: str, config: EncoderConfig | None = None) -> Pos
     if reference.startswith(FIT_PREFIX):
         msg = (
             f"postprocess={reference!r} is fitted by the encoder when it loads the model "
-            "(valuelens.first_use), not loaded from a file"
+            "(valuelens.states), not loaded from a file"
         )
         raise ConfigError(msg)
     path = (

@@ -338,6 +338,19 @@ class Readout:
         return emb
 
 
+def build_readouts(
+    config: EncoderConfig,
+    parts: ModelParts,
+    main_filter: EmbedFilter | None,
+    make_filter: Callable[[float], EmbedFilter],
+) -> list[Readout]:
+    """A resolved spec's readouts: the main one, then one per fusion part (:func:`fusion_readouts`)."""
+    return [
+        Readout.build(config, parts, main_filter),
+        *fusion_readouts(config, parts, main_filter, make_filter),
+    ]
+
+
 def fusion_readouts(
     config: EncoderConfig,
     parts: ModelParts,

@@ -4,6 +4,8 @@ Usage::
 
     items, n_truncated = tokenize(tokenizer, ["A cat."], prompt=resolve_prompt("prompteol"), max_length=512)
     batch = collate(items, pad_id=0, padding_side="right")   # tensors: input_ids, attention_mask, ...
+    reader = TextReader.for_spec(tokenizer, config)          # how one side of an encoder reads its texts
+    items, n_truncated = reader.tokenize(["A cat."]); batch = reader.collate(items)
 
 Each item records the token span ``[start, end)`` of the pooled copy of the text (all tokens when
 there is no prompt), so mean-type recipes pool over the text and never over the prompt. With a
@@ -13,16 +15,18 @@ leading BOS when there is no prompt; the span then starts after it) and its posi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from valuelens.config import EncoderConfig, LongText
 from valuelens.errors import ConfigError
-from valuelens.prompts import PLACEHOLDER, Prompt
+from valuelens.prompts import PLACEHOLDER, Prompt, resolve_prompt
 
 _IDENTITY = Prompt("none", (PLACEHOLDER,))
 
@@ -234,3 +238,91 @@ def collate(
             raise ValueError(msg)
         aux = collate([a for a in auxes if a is not None], pad_id=pad_id, padding_side=padding_side)
     return Batch(ids, mask, position_ids, start, end, marker, aux)
+
+
+@dataclass(frozen=True, eq=False)
+class TextReader:
+    """How one side of an encoder reads its texts: the tokenizer, the prompt (documents: ``prompt``;
+    queries: ``query_template``), Contrastive Prompting's auxiliary prompt, Token Prepending's placeholder,
+    the token limit and what happens past it. It tokenizes and pads; the chunking and batching drivers
+    take it instead of an encoder. Usage: ``TextReader.for_spec(tokenizer, config).tokenize(["A cat."])``.
+    """
+
+    tokenizer: Any
+    prompt: Prompt | None
+    contrast_prompt: Prompt | None
+    placeholder: bool
+    max_length: int
+    long_text: LongText
+
+    @classmethod
+    def for_spec(cls, tokenizer: Any, config: EncoderConfig, *, query: bool = False) -> TextReader:
+        """The documents' reader of ``config`` (or, with ``query``, the queries': under ``query_template``
+        when the spec has one)."""
+        template = config.query_template if query and config.query_template is not None else config.prompt
+        return cls(
+            tokenizer,
+            resolve_prompt(template),
+            resolve_prompt(config.contrast_prompt) if config.contrast_layer is not None else None,
+            config.prepend_layers is not None,
+            config.effective_max_length,
+            config.long_text,
+        )
+
+    def replace(self, **changes: Any) -> TextReader:
+        """A copy with ``changes`` (e.g. ``max_length=512, long_text="truncate"``)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def passes(self) -> int:
+        """Forward passes per text: one per prompt template (eight for MetaEOL)."""
+        return self.prompt.passes if self.prompt is not None else 1
+
+    @property
+    def templates(self) -> list[tuple[Prompt | None, int]]:
+        """Every (prompt, template index) a text is tokenized under (the auxiliary prompt's included)."""
+        found: list[tuple[Prompt | None, int]] = [(self.prompt, i) for i in range(self.passes)]
+        if self.contrast_prompt is not None:
+            found.append((self.contrast_prompt, 0))
+        return found
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """Readers with equal keys give equal tokens for equal texts (they may share forward passes)."""
+        prompt = self.prompt.templates if self.prompt is not None else None
+        contrast = self.contrast_prompt.templates if self.contrast_prompt is not None else None
+        return (id(self.tokenizer), prompt, contrast, self.placeholder, self.max_length, self.long_text)
+
+    def tokenize(
+        self, texts: Sequence[str], template_index: int = 0, *, max_length: int | None = None
+    ) -> tuple[list[TokenizedText], int]:
+        """Prompted tokenization with pooled spans (and the placeholder and auxiliary prompt the spec asks
+        for); returns the items and how many texts were truncated (under the prompt or the auxiliary one)."""
+        limit = max_length or self.max_length
+        placeholder = placeholder_token(self.tokenizer) if self.placeholder else None
+        items, n_truncated = tokenize(
+            self.tokenizer,
+            texts,
+            prompt=self.prompt,
+            template_index=template_index,
+            max_length=limit,
+            placeholder=placeholder,
+        )
+        if self.contrast_prompt is not None:
+            auxes, _ = tokenize(
+                self.tokenizer, texts, prompt=self.contrast_prompt, max_length=limit, placeholder=placeholder
+            )
+            items = [dataclasses.replace(item, aux=aux) for item, aux in zip(items, auxes, strict=True)]
+            n_truncated = sum(item.truncated or aux.truncated for item, aux in zip(items, auxes, strict=True))
+        return items, n_truncated
+
+    def collate(self, items: Sequence[TokenizedText]) -> Batch:
+        """Pad tokenized items to one batch, on the tokenizer's padding side."""
+        tokenizer = self.tokenizer
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        side: Literal["left", "right"] = (
+            "left" if getattr(tokenizer, "padding_side", "right") == "left" else "right"
+        )
+        return collate(items, pad_id=pad, padding_side=side)

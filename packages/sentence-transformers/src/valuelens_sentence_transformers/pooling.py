@@ -35,13 +35,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from sentence_transformers.base.modules import Module, Transformer
 
-from valuelens import EmbedFilter, Encoder, EncoderConfig
 from valuelens.architectures import model_key
-from valuelens.config import FIELDS
+from valuelens.composition import STATE_FILES
+from valuelens.config import FIELDS, EncoderConfig
+from valuelens.embed_filter import EmbedFilter
+from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError, UnsupportedModelError
 from valuelens.layers import LayerSpec
 from valuelens.loading import prune_layers
-from valuelens.presets import BUILTIN_PREFIX
 from valuelens.presets.resolution import check_preset_name, resolve
 from valuelens.prompts import resolve_prompt
 from valuelens_sentence_transformers.precision import default_cast
@@ -50,8 +51,6 @@ from valuelens_sentence_transformers.transformer import LAYER_VECTORS_KEY, LEXIC
 __all__ = ["ValuePooling"]
 
 WEIGHTS_NAME = "model.safetensors"
-POSTPROCESS_NAME = "postprocess.safetensors"
-LEXICAL_NAME = "lexical.safetensors"
 
 
 def _records_given(init: Callable[..., None]) -> Callable[..., None]:
@@ -215,7 +214,7 @@ class ValuePooling(Module):
             )
             raise UnsupportedModelError(msg) from exc
         prune_layers(encoder.parts, encoder.config.deepest_layer + 1)
-        encoder.current_parts()  # located again over the pruned layers
+        encoder.runner.current_parts()  # located again over the pruned layers
         self.encoder_config = encoder.config  # saved with resolved layers: a reload selects the same
         if encoder.embed_filter is not None:
             self._projection = encoder.embed_filter.projection
@@ -286,15 +285,9 @@ class ValuePooling(Module):
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         config = self.encoder_config
-        reference = config.postprocess
-        if reference is not None and not reference.startswith(BUILTIN_PREFIX):
-            # the fitted state travels with the module: saved next to the config, named relatively
-            self.encoder.postprocess.save(os.path.join(output_path, POSTPROCESS_NAME))  # type: ignore[union-attr]
-            self.encoder_config = self.encoder_config.replace(postprocess=POSTPROCESS_NAME)
-        lexical = self._encoder.lexical if self._encoder is not None else None
-        if lexical is not None:  # its idf and whitening travel too: the saved model embeds the same anywhere
-            lexical.state.save(os.path.join(output_path, LEXICAL_NAME))
-            self.encoder_config = self.encoder_config.replace(lexical_corpus=LEXICAL_NAME)
+        if self._encoder is not None:  # the fitted states travel with the module, named relatively
+            written = self._encoder.composition.save(output_path, config)
+            self.encoder_config = config.replace(**written)
         try:
             self.save_config(output_path)
         finally:
@@ -325,7 +318,7 @@ class ValuePooling(Module):
             "local_files_only": local_files_only,
         }
         saved = dict(cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs))
-        for field, filename in (("postprocess", POSTPROCESS_NAME), ("lexical_corpus", LEXICAL_NAME)):
+        for field, filename in STATE_FILES.items():
             if saved.get(field) != filename:  # a fitted state saved beside the config, named relatively
                 continue
             state = cls.load_file_path(

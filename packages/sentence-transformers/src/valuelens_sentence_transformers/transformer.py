@@ -14,7 +14,7 @@ It is the input module of a valuelens model and talks to :class:`ValuePooling` o
   that keeps the prompt, whatever the spec's forward edits need) and adds the core's batch under
   ``"valuelens_batch"``;
 - :meth:`forward` runs the host ``Transformer.forward`` inside the core's capture of that batch
-  (:meth:`valuelens.Encoder.capture`: hooks reduce each selected layer to per-text vectors and apply
+  (:meth:`valuelens.forward.ForwardPass.capture`: hooks reduce each selected layer to per-text vectors and apply
   the forward edits; removed in ``finally``) and adds the vectors under ``"valuelens_layer_vectors"``;
   :class:`ValuePooling` turns them into ``sentence_embedding`` (:meth:`valuelens.Encoder.finish`),
   joining the texts' lexical part that :meth:`preprocess` read when the spec has one.
@@ -114,9 +114,9 @@ class ValueTransformer(Transformer):
         if prompt:
             texts = [prompt + text for text in texts]
         override = ((processing_kwargs or {}).get("text") or {}).get("max_length")
-        items, _ = encoder.tokenize(texts, max_length=override or self._token_limit())
-        batch = encoder.collate(items)
-        features = encoder.model_inputs(batch, batch.input_ids.device)
+        items, _ = encoder.reader.tokenize(texts, max_length=override or self._token_limit())
+        batch = encoder.reader.collate(items)
+        features = encoder.runner.model_inputs(batch, batch.input_ids.device)
         del features["use_cache"]
         features[BATCH_KEY] = batch
         if lexical is not None:
@@ -136,7 +136,8 @@ class ValueTransformer(Transformer):
         features = dict(features)  # the caller's dict keeps its batch: a second forward pools the same way
         batch = features.pop(BATCH_KEY, None)  # None for features made elsewhere: every real token is pooled
         # stop_early=False: the layers after the deepest selected one were pruned, nothing is left to skip
-        with encoder.capture(features["attention_mask"], batch, stop_early=False) as session:
+        mask = features["attention_mask"]
+        with encoder.runner.capture(mask, batch, encoder.readouts, stop_early=False) as session:
             output = super().forward(features, **kwargs)
         output[LAYER_VECTORS_KEY] = session.layer_vectors()
         return output

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,9 @@ from torch import Tensor, nn
 
 from valuelens.embed_filter import load_unembedding, unembedding_weight
 from valuelens.errors import ConfigError
+from valuelens.extras import require
 from valuelens.io import report_path
+from valuelens.layers import layers_label
 from valuelens.loading import checkpoint_folder
 
 __all__ = ["figure", "layers_label", "md_token", "token_label", "unembedding", "write_report"]
@@ -53,19 +55,10 @@ def md_token(label: str) -> str:
     return f"{fence}{pad}{label.replace('|', chr(92) + '|')}{pad}{fence}"
 
 
-def layers_label(layers: Sequence[int]) -> str:
-    """``(8, 9, 10)`` → ``"8-10"``; other sets as a comma list."""
-    layers = tuple(layers)
-    if len(layers) > 2 and layers == tuple(range(layers[0], layers[-1] + 1)):
-        return f"{layers[0]}-{layers[-1]}"
-    return ",".join(map(str, layers))
-
-
 @contextmanager
 def figure(path: Path, **kwargs: Any) -> Iterator[Any]:
     """A matplotlib figure (Agg backend) saved to ``path`` and closed on exit: ``with figure(p) as fig: ...``."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "eval", "plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

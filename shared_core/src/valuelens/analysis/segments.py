@@ -110,17 +110,18 @@ def layer_vectors(
             msg = f"segment matching compares mean-pooled recipes (va, hs, aligned-va, ...), not {enc.recipe.name!r}"
             raise ConfigError(msg)
     lead = encoders[0]
-    tokenized, _ = lead.tokenize(texts)
+    reader, runner = lead.reader, lead.runner
+    tokenized, _ = reader.tokenize(texts)
     order = sorted(range(len(texts)), key=lambda i: -len(tokenized[i].ids))
     out = {enc.recipe.name: torch.empty((len(layers), len(texts), enc.readout.dimension)) for enc in encoders}
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            batch = lead.collate([tokenized[i] for i in chunk])
-            inputs = lead.model_inputs(batch, lead.device)
+            batch = reader.collate([tokenized[i] for i in chunk])
+            inputs = runner.model_inputs(batch, runner.device)
             readouts = [enc.readout for enc in encoders]
-            with lead.capture(inputs["attention_mask"], batch, readouts) as session:
-                lead.parts.backbone(**inputs)
+            with runner.capture(inputs["attention_mask"], batch, readouts) as session:
+                runner.parts.backbone(**inputs)
             rows = torch.tensor(chunk)
             for enc, capture in zip(encoders, session.captures, strict=True):
                 for j, (layer, vectors) in enumerate(zip(layers, capture.layer_vectors(), strict=True)):

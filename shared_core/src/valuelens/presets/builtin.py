@@ -1,5 +1,5 @@
 """The post-processing states shipped in ``valuelens/presets/states/``, named ``"builtin:NAME"``, and the
-grammar of ``"fit:KIND[:K][@FILE]"``, a state the encoder fits at first use (:mod:`valuelens.first_use`).
+grammar of ``"fit:KIND[:K][@FILE]"``, a state the encoder fits at first use (:mod:`valuelens.states`).
 
 Usage: ``builtin_path("smollm2-135m-best-v3")`` → the ``.safetensors`` file (``ConfigError`` if absent);
 ``FitRequest.parse("fit:abtt:2")`` → ``FitRequest(kind="abtt", k=2, corpus=None)``.
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 BUILTIN_PREFIX = "builtin:"
-#: A ``postprocess`` reference fitted by the encoder at first use (``fit:abtt:2``: :mod:`valuelens.first_use`).
+#: A ``postprocess`` reference fitted by the encoder at first use (``fit:abtt:2``: :mod:`valuelens.states`).
 FIT_PREFIX = "fit:"
 #: The kinds a first-use fit may take (``whiten`` needs more texts than dimensions: fit it with ``valuelens fit``).
 FIT_KINDS = ("center", "abtt", "standardize")

@@ -9,7 +9,7 @@ Usage::
 A folder holds ``preset.json`` (:data:`PRESET_FILE`): the model it was tuned for (name and key), the
 objective, and the spec's fields, whose ``postprocess`` names a state file in the folder by its bare
 name (``"state.safetensors"``), so the folder can be moved or copied whole (or ``builtin:NAME``, or a
-``fit:`` reference fitted at first use, :mod:`valuelens.first_use`). ``report.md`` (every
+``fit:`` reference fitted at first use, :mod:`valuelens.states`). ``report.md`` (every
 candidate's dev scores) and the ``cache/`` of ``valuelens tune`` sit beside it and are not read here.
 A folder tuned for one model is refused for another (its layers and fitted state belong to the first).
 Data only: imports nothing from valuelens but :mod:`valuelens.errors` and :mod:`valuelens.presets.builtin`.

@@ -20,7 +20,7 @@ The rule (docs/recipes.md, "Presets"):
    ``postprocess`` the caller passed is never dropped (a state fitted for another spec then fails
    here, before the model loads, naming the fix).
 3. A model without a tuned entry gets :data:`~valuelens.presets.table.UNTUNED` (a relative layer band
-   and a post-processing fitted at first use, :mod:`valuelens.first_use`), with one log line per model
+   and a post-processing fitted at first use, :mod:`valuelens.states`), with one log line per model
    and process pointing at ``valuelens tune``, which tunes a preset folder for any model.
 
 A preset is a name (:data:`~valuelens.presets.PRESET_NAMES`) or a preset folder
@@ -93,11 +93,13 @@ def preset_fields(name: str, key: ModelKey, *, label: str | None = None) -> dict
         if key not in _FALLBACK_LOGGED:
             _FALLBACK_LOGGED.add(key)
             logger.warning(
-                "preset %r: no tuned entry for %s, using the rule for untuned models (relative layer "
-                "band, all-but-the-top fitted once on a small corpus and cached: preset='untuned'); "
-                "postprocess='fit:abtt:2@FILE' fits it on your own texts instead (queries and documents "
-                "alike), and `valuelens tune MODEL -o DIR` tunes a preset for this model, then pass "
-                "preset=DIR (docs/tuning.md)",
+                "preset %r: no tuned entry for %s; using the rule for untuned models (preset='untuned': "
+                "a relative layer band, all-but-the-top fitted once on a small corpus and cached, a "
+                "lexical part).\n"
+                "  To fit it on your own texts instead: postprocess='fit:abtt:2@FILE' (queries and "
+                "documents alike).\n"
+                "  To tune a preset for this model: valuelens tune MODEL -o DIR, then preset=DIR (tune "
+                "needs the eval extra: pip install 'valuelens[eval]'). See docs/tuning.md.",
                 name,
                 _describe(key, label),
             )

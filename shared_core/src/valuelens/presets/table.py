@@ -46,7 +46,7 @@ GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 #: tuning shows, leave-one-model-out (research/default_rule.py; docs/tuning.md#models-without-a-preset):
 #: AlignedWVA under FutureEOL "of this sentence" over the top 30 % of the depth, fused with VA over the
 #: same band at weight 0.5, then all-but-the-top (2 components) fitted at first use on the package's
-#: unlabeled corpus and cached per model (:mod:`valuelens.first_use`; ``postprocess=None`` turns it off);
+#: unlabeled corpus and cached per model (:mod:`valuelens.states`; ``postprocess=None`` turns it off);
 #: a lexical part at weight 0.2 for documents and 0.95 for queries (research/untuned_lexical.py;
 #: ``lexical=None`` turns it off).
 UNTUNED: dict[str, Any] = {

@@ -71,8 +71,10 @@ class State:
         limits: Limits,
         api_key: str | None = None,
         normalize: bool = True,
+        warm_up: Sequence[str] = (WARM_UP,),
     ) -> None:
         self.encoder = encoder
+        self.warm_up_texts = list(warm_up) or [WARM_UP]
         self.served_name = served_name
         self.limits = limits
         self.api_key = api_key
@@ -284,8 +286,9 @@ class State:
         return {"id": self.served_name, "object": "model", "created": self.created, "owned_by": "valuelens"}
 
     async def warm_up(self) -> None:
-        (counts,) = [len(ids) for ids in self.token_ids([WARM_UP])]
-        job = self.batcher.submit([WARM_UP], [counts])
+        texts = self.warm_up_texts
+        counts = [min(len(ids), self.max_input_tokens) for ids in self.token_ids(texts)]
+        job = self.batcher.submit(texts, counts)
         try:
             await asyncio.wrap_future(job.future)
         except Exception as exc:  # /ready stays 503; the reason goes to the log once
@@ -376,10 +379,17 @@ def create_app(
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
     normalize: bool = True,
+    warm_up: Sequence[str] = (WARM_UP,),
 ) -> FastAPI:
-    """The FastAPI app serving ``encoder`` as ``served_name``; its lifespan runs the batcher and a warm-up."""
+    """The FastAPI app serving ``encoder`` as ``served_name``; its lifespan runs the batcher and a warm-up
+    (an encode of ``warm_up``: a sentence of its own, or texts like the ones to serve)."""
     state = State(
-        encoder, served_name=served_name, limits=limits or Limits(), api_key=api_key, normalize=normalize
+        encoder,
+        served_name=served_name,
+        limits=limits or Limits(),
+        api_key=api_key,
+        normalize=normalize,
+        warm_up=warm_up,
     )
 
     @contextlib.asynccontextmanager

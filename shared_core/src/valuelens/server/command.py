@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from valuelens.errors import ValueLensError
+from valuelens.extras import hint
+from valuelens.io import unlabeled_texts
 from valuelens.options import (
     ConfigFileOpt,
     DeviceOpt,
@@ -31,7 +34,9 @@ from valuelens.options import (
 
 __all__ = ["serve"]
 
-EXTRA_HINT = "valuelens serve needs the serve extra: pip install 'valuelens[serve]'"
+EXTRA_HINT = hint("serve", "valuelens serve")
+#: At most this many texts of ``--warm-up`` are encoded before the server says it is ready.
+WARM_UP_TEXTS = 64
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -94,6 +99,14 @@ def serve(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
+    warm_up: Annotated[
+        Path | None,
+        typer.Option(
+            "--warm-up",
+            help="Texts like the ones to serve (a file or folder, as `valuelens embed` reads them): the "
+            f"warm-up before /ready encodes up to {WARM_UP_TEXTS} of them (default: one short sentence).",
+        ),
+    ] = None,
     *,
     spec: SpecFields,
 ) -> None:
@@ -104,6 +117,7 @@ def serve(
     try:
         count = parse_threads(threads)
         config = command_spec(model, preset, config_file, spec)
+        warm_texts = [] if warm_up is None else unlabeled_texts(warm_up, limit=WARM_UP_TEXTS)
         limits = Limits(
             max_batch_tokens=max_batch_tokens,
             max_wait_ms=max_wait_ms,
@@ -146,6 +160,7 @@ def serve(
             api_key=api_key or None,
             cors_origins=cors_origin or (),
             normalize=normalize,
+            **({"warm_up": warm_texts} if warm_texts else {}),
         )
     except (ValueLensError, ValueError, TypeError, OSError) as exc:
         sock.close()

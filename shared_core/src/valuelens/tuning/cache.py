@@ -202,7 +202,8 @@ class LayerCache:
                     continue
                 with torch.inference_mode():
                     results, _ = run_batches(
-                        encoders[0],
+                        encoders[0].reader,
+                        encoders[0].runner,
                         list(texts),
                         readouts,
                         batch_size=batch_size,

@@ -16,7 +16,16 @@ from typing import Annotated
 import typer
 
 from valuelens.errors import ValueLensError
-from valuelens.options import DeviceOpt, DTypeOpt, SpecFields, ThreadsOpt, fail, spec_options, use_threads
+from valuelens.options import (
+    DeviceOpt,
+    DTypeOpt,
+    SpecFields,
+    ThreadsOpt,
+    extra_imports,
+    fail,
+    spec_options,
+    use_threads,
+)
 from valuelens.tuning.data import OBJECTIVE_MEANING
 
 __all__ = ["FIXED_FIELDS", "tune_command"]
@@ -96,7 +105,8 @@ def tune_command(
 
     One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion,
     post-processing, query side and lexical part is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
-    from valuelens.tuning import tune
+    with extra_imports("eval", "valuelens tune"):  # it scores with the evaluation's metrics
+        from valuelens.tuning.run import tune
 
     try:
         use_threads(threads)

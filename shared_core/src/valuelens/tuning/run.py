@@ -21,12 +21,12 @@ from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
-from valuelens.lexical import lexical_lens
 from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.folder import PresetFolder
 from valuelens.presets.resolution import resolve
 from valuelens.presets.table import FUTUREEOL_SENTENCE
+from valuelens.states import lexical_lens
 from valuelens.tuning.cache import FAMILIES, LayerCache
 from valuelens.tuning.data import Mode, Objective, TuneData
 from valuelens.tuning.report import write_report
@@ -151,7 +151,7 @@ def tune(
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
     # the default idf: the preset refits the same state at load
-    lens = lexical_lens(probe) if lexical else None
+    lens = lexical_lens(probe.model, probe.tokenizer) if lexical else None
     scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lens)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
