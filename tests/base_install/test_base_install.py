@@ -44,7 +44,7 @@ def test_a_fresh_virtual_environment_with_the_base_install_runs_them(tiny_checkp
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile", "-q"]
     torch = os.environ.get("VALUELENS_TEST_TORCH", "torch==2.13.0")  # the Makefile's pin (a CPU wheel here)
     for args in ([*torch.split()], [str(ROOT / "shared_core")]):
         done = subprocess.run([*pip, *args], capture_output=True, text=True, timeout=1800)
