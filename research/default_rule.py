@@ -105,7 +105,10 @@ class Model:
         fields = {k: v for k, v in UNTUNED.items() if k != "postprocess"}
         encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields), name_or_path=self.folder.model)
         self.scorer = Scorer(
-            cache, data, embed_filters={2.0: ef}, lexical=lexical_lens(encoder.model, encoder.tokenizer)
+            cache,
+            data,
+            embed_filters={2.0: ef},
+            lexical={"embeddings": lexical_lens(encoder.model, encoder.tokenizer)},
         )
         self.prompt = self.folder.spec["prompt"]
         self.tuned = float(self.folder.info["dev"]["objective"])

@@ -16,7 +16,7 @@ from valuelens.lexical import LexicalPart, LexicalState
 from valuelens.presets.resolution import resolve
 from valuelens.states import FIT_CACHE_ENV
 
-FIELDS = {"recipe": "va", "layers": [1, 2], "prompt": "prompteol"}
+FIELDS = {"recipe": "va", "layers": [1, 2], "prompt": "prompteol", "lexical_kind": "embeddings"}
 QUERIES = ["who plays the guitar?", "where is the cat?", "what fell today?"]
 
 

@@ -153,7 +153,7 @@ def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
         tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
     )
     net, tokenizer = load_model(tiny_checkpoint)
-    scorer = Scorer(cache, data, lexical=lexical_lens(net, tokenizer))
+    scorer = Scorer(cache, data, lexical={"embeddings": lexical_lens(net, tokenizer)})
     real = tuning.dev_scores("untuned", tiny_checkpoint, net, tokenizer, scorer, KEY, None)
     assert real["scored"] == "encoder"
     assert cached["sts"] == pytest.approx(real["sts"], abs=1.0)
@@ -203,10 +203,17 @@ def test_the_search_joins_a_lexical_part_as_the_encoder_does(tiny_checkpoint, ti
         tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
     )
     probe = Encoder.from_pretrained(tiny_checkpoint, recipe="va")
-    scorer = Scorer(cache, data, lexical=lexical_lens(probe.model, probe.tokenizer))
+    scorer = Scorer(cache, data, lexical={"embeddings": lexical_lens(probe.model, probe.tokenizer)})
     prompt = PresetFolder.read(tmp_path / "t").spec["prompt"]
     family = {f.name: f for f in FAMILIES}
-    candidate = Candidate(prompt, Part(family["va"], 1, 3), post="center", lexical=0.1, lexical_query=0.9)
+    candidate = Candidate(
+        prompt,
+        Part(family["va"], 1, 3),
+        post="center",
+        lexical=0.1,
+        lexical_query=0.9,
+        lexical_kind="embeddings",
+    )
     post = scorer.fit_post(candidate)
     assert post is not None
     post.save(tmp_path / "state.safetensors")
@@ -222,7 +229,7 @@ def test_the_search_joins_a_lexical_part_as_the_encoder_does(tiny_checkpoint, ti
         assert (real * searched).sum(1).min() > 0.999  # both unit length; the cache stores half floats
         lexical = encoder.lexical.dimension  # type: ignore[union-attr]
         np.testing.assert_allclose(real[:, -lexical:], searched[:, -lexical:], atol=1e-5)
-    assert "+lex0.1/0.9" in candidate.label()
+    assert "+lex(embeddings)0.1/0.9" in candidate.label()
 
 
 def test_a_second_run_reuses_the_cache_and_a_stale_one_is_cleared(

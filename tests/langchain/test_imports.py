@@ -9,7 +9,7 @@ from langchain_core.embeddings import Embeddings
 import langchain_valuelens
 from langchain_valuelens import ValueLensEmbeddings
 
-EXPECTED_ALL = ["ValueLensEmbeddings", "__version__"]
+EXPECTED_ALL = ["ValueLensEmbeddings", "ValueLensSparseEmbeddings", "__version__"]
 
 
 def test_all_imports() -> None:

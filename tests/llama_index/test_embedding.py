@@ -36,7 +36,12 @@ def tiny_encoder(tiny_model_dir: Path) -> valuelens.Encoder:
 
 
 def test_public_api_is_locked() -> None:
-    assert package.__all__ == ["DEFAULT_EMBED_BATCH_SIZE", "ValueLensEmbedding", "__version__"]
+    assert package.__all__ == [
+        "DEFAULT_EMBED_BATCH_SIZE",
+        "ValueLensEmbedding",
+        "__version__",
+        "bm25_sparse_fns",
+    ]
     assert package.__version__ == importlib.metadata.version("llama-index-embeddings-valuelens")
     assert ValueLensEmbedding.class_name() == "ValueLensEmbedding"
     folder = Path(package.__file__).parent

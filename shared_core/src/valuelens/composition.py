@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from valuelens.bm25 import BM25Lens, BM25Part, BM25State
 from valuelens.config import EncoderConfig
 from valuelens.errors import ConfigError
 from valuelens.lexical import LexicalLens, LexicalPart, LexicalState
@@ -48,7 +49,7 @@ class FittedStates:
     ``None`` when the spec has none (built by :func:`valuelens.states.build_states`)."""
 
     postprocess: Postprocess | None = None
-    lexical: LexicalState | None = None
+    lexical: LexicalState | BM25State | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +60,7 @@ class Composition:
     """The main readout, then one per fusion part (all captured in the same forward)."""
     weights: tuple[float, ...]
     postprocess: Postprocess | None
-    lexical: LexicalLens | None
+    lexical: LexicalLens | BM25Lens | None
     lexical_weights: dict[Side, float]
     """Each side's lexical weight (documents: ``lexical``; queries: ``lexical_query`` or ``lexical``)."""
 
@@ -86,13 +87,24 @@ class Composition:
                 f"embeddings, this encoder's are {raw}-dim"
             )
             raise ConfigError(msg)
-        lens = None
+        lens: LexicalLens | BM25Lens | None = None
         weights: dict[Side, float] = {}
         if config.lexical is not None:
-            if states.lexical is None or embeddings is None:
-                msg = "the spec has a lexical part: give its fitted state and the model's input embeddings"
+            state = states.lexical
+            if config.lexical_kind == "bm25" and isinstance(state, BM25State):
+                lens = BM25Lens(state, dim=config.lexical_dim, k1=config.lexical_k1, b=config.lexical_b)
+            elif (
+                config.lexical_kind == "embeddings"
+                and isinstance(state, LexicalState)
+                and embeddings is not None
+            ):
+                lens = LexicalLens(embeddings, tokenizer, state)
+            else:
+                msg = (
+                    f"the spec has a lexical part of kind {config.lexical_kind!r}: give its fitted state"
+                    + (" and the model's input embeddings" if config.lexical_kind == "embeddings" else "")
+                )
                 raise ConfigError(msg)
-            lens = LexicalLens(embeddings, tokenizer, states.lexical)
             query = config.lexical_query if config.lexical_query is not None else config.lexical
             weights = {"document": config.lexical, "query": query}
         fusion = (1.0, *(part.weight for part in config.fusion))
@@ -134,15 +146,27 @@ class Composition:
         emb = self.raw(vectors)
         return self.postprocess.transform(emb) if self.postprocess is not None else emb
 
-    def lexical_part(self, texts: Sequence[str], side: Side = "document") -> LexicalPart | None:
-        """The lexical vectors of ``texts`` (read whole, without the prompt) at ``side``'s weight; ``None``
-        without a lexical part."""
+    def lexical_part(self, texts: Sequence[str], side: Side = "document") -> LexicalPart | BM25Part | None:
+        """The lexical part of ``texts`` (read whole, without the prompt) for ``side``; ``None`` without a
+        lexical part."""
         if self.lexical is None:
             return None
-        return LexicalPart(self.lexical.encode(texts), self.lexical_weights[side])
+        weights = self.lexical_weights
+        return self.lexical.part(
+            self.lexical.encode(texts, side), side, weights["document"], weights["query"]
+        )
 
-    def join(self, dense: Tensor, lexical: LexicalPart | None) -> Tensor:
-        """The vector: ``dense`` as it is, or ``[√(1−w)·unit(dense), √w·lexical]`` with a lexical part."""
+    def sparse(self, texts: Sequence[str], side: Side = "document") -> list[tuple[list[int], list[float]]]:
+        """The BM25 part of ``texts`` as native sparse vectors (term indices and weights; their dot
+        product is BM25), for hosts that store dense and sparse vectors apart (Qdrant)."""
+        if not isinstance(self.lexical, BM25Lens):
+            msg = "native sparse vectors come from a lexical part of kind 'bm25': set lexical= and lexical_kind='bm25'"
+            raise ConfigError(msg)
+        return self.lexical.sparse(texts, query=side == "query")
+
+    def join(self, dense: Tensor, lexical: LexicalPart | BM25Part | None) -> Tensor:
+        """The vector: ``dense`` as it is, or joined with the lexical part (:class:`LexicalPart`,
+        :class:`~valuelens.bm25.BM25Part` say how)."""
         if self.lexical is None:
             return dense
         if lexical is None:

@@ -42,10 +42,12 @@ from valuelens.recipes import LAST_ATTENTION_RECIPES, Recipe, get_recipe
 __all__ = [
     "DEFAULT_MAX_LENGTH",
     "FIELDS",
+    "LEXICAL_LANGUAGES",
     "STATE_FREE_FIELDS",
     "Combine",
     "EncoderConfig",
     "FusionPart",
+    "LexicalKind",
     "LongText",
     "field_descriptions",
     "space_message",
@@ -64,6 +66,51 @@ STATE_FREE_FIELDS: tuple[str, ...] = (
     "lexical",
     "lexical_query",
     "lexical_corpus",
+    "lexical_kind",
+    "lexical_dim",
+    "lexical_k1",
+    "lexical_b",
+    "lexical_language",
+)
+#: The lexical part's kinds: ``bm25`` (words, BM25 weights, hashed: :mod:`valuelens.bm25`) and ``embeddings``
+#: (subword tf-idf read through the model's input embeddings: :mod:`valuelens.lexical`).
+LexicalKind = Literal["bm25", "embeddings"]
+#: The languages of the BM25 part's analysis (a Snowball stemmer each; stop words for English).
+LEXICAL_LANGUAGES: tuple[str, ...] = tuple(
+    [
+        "arabic",
+        "armenian",
+        "basque",
+        "catalan",
+        "czech",
+        "danish",
+        "dutch",
+        "english",
+        "esperanto",
+        "estonian",
+        "finnish",
+        "french",
+        "german",
+        "greek",
+        "hindi",
+        "hungarian",
+        "indonesian",
+        "irish",
+        "italian",
+        "lithuanian",
+        "nepali",
+        "norwegian",
+        "porter",
+        "portuguese",
+        "romanian",
+        "russian",
+        "serbian",
+        "spanish",
+        "swedish",
+        "tamil",
+        "turkish",
+        "yiddish",
+    ]
 )
 
 
@@ -212,19 +259,33 @@ class EncoderConfig:
     the pooled text on. The keys before it (a BOS and the prompt's head, whose values are the same for
     every text) are dropped and its attention renormalized over the text and the prompt's tail."""
     lexical: float | None = None
-    """The weight w (0 < w < 1) of a lexical part joined after the post-processing: the text's tokens read
-    through the model's own input embeddings, tf-idf weighted, no forward pass (:mod:`valuelens.lexical`).
-    The two parts are unit length, scaled by √(1−w) and √w, so between documents cosine =
-    (1−w)·cos(model) + w·cos(lexical); ``None``: off."""
+    """The documents' weight w (0 < w < 1) of a lexical part joined after the post-processing, read from the
+    text with no forward pass (``lexical_kind``); ``None``: off. With ``bm25`` a query–document score is
+    (1−q)·cos(model) + q·BM25/BM25max(query) (q: ``lexical_query``) in any cosine store, and w only sets how
+    much the documents' block weighs in document–document cosines (little: their BM25 blocks are nearly
+    orthogonal); with ``embeddings`` cosine = (1−w)·cos(model) + w·cos(lexical) between documents."""
     lexical_query: float | None = None
-    """The lexical weight of search queries (0 < q < 1; ``None``: ``lexical``'s). With a small ``lexical``
-    and a large ``lexical_query``, query–document ranking gets the lexical signal while
-    document–document similarity stays the model's (docs/lexical.md)."""
+    """The lexical weight of search queries (0 < q < 1; ``None``: ``lexical``'s): the hybrid's weight on the
+    lexical score. With a small ``lexical`` and a large ``lexical_query``, query–document ranking gets the
+    lexical signal while document–document similarity stays the model's (docs/lexical.md)."""
     lexical_corpus: str | None = None
     """Unlabeled texts the lexical part's idf is counted on (a file or folder, read as ``valuelens embed``
     reads its input: ``.txt`` one text per line, ``.jsonl``/``.csv``/``.parquet`` a ``text`` field), or a saved lexical state (``.safetensors``, what a saved sentence-transformers model
     carries); ``None``: English word frequencies (the package's corpus for the tokens no English word
     reaches). Fitted once per model and cached (:mod:`valuelens.states`)."""
+    lexical_kind: LexicalKind = "bm25"
+    """The lexical part: ``"bm25"`` (the text's words, lower-cased, stop words out, stemmed; BM25 weights
+    hashed into ``lexical_dim`` coordinates and a padding one, so that a cosine store ranks by the hybrid
+    score: :mod:`valuelens.bm25`), or ``"embeddings"`` (its subword tokens read through the model's whitened
+    input embeddings, tf-idf weighted: :mod:`valuelens.lexical`)."""
+    lexical_dim: int = 4096
+    """``bm25``: the coordinates term weights are hashed into (signed); more, fewer collisions."""
+    lexical_k1: float = 1.5
+    """``bm25``: term-frequency saturation k1 (chosen on SciFact dev; bm25s' default)."""
+    lexical_b: float = 0.75
+    """``bm25``: document-length normalization b, 0 to 1."""
+    lexical_language: str = "english"
+    """``bm25``: the language of the analysis (its Snowball stemmer; stop words for English)."""
 
     def __post_init__(self) -> None:
         recipe = get_recipe(self.recipe)
@@ -336,6 +397,24 @@ class EncoderConfig:
             not isinstance(self.lexical_corpus, str) or not self.lexical_corpus.strip()
         ):
             msg = f"lexical_corpus must be a path to a text file or None, got {self.lexical_corpus!r}"
+            raise ConfigError(msg)
+        if self.lexical_kind not in get_args(LexicalKind):
+            msg = f"lexical_kind must be one of {', '.join(map(repr, get_args(LexicalKind)))}, got {self.lexical_kind!r}"
+            raise ConfigError(msg)
+        dim = self.lexical_dim
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 16 <= dim <= 1 << 20:
+            msg = f"lexical_dim must be an int from 16 to {1 << 20}, got {dim!r}"
+            raise ConfigError(msg)
+        object.__setattr__(self, "lexical_k1", _check_number(self.lexical_k1, "lexical_k1"))
+        object.__setattr__(self, "lexical_b", _check_number(self.lexical_b, "lexical_b"))
+        if self.lexical_k1 < 0 or not 0 <= self.lexical_b <= 1:
+            msg = f"lexical_k1 must be >= 0 and lexical_b from 0 to 1, got {self.lexical_k1!r} and {self.lexical_b!r}"
+            raise ConfigError(msg)
+        if self.lexical_language not in LEXICAL_LANGUAGES:
+            msg = (
+                f"lexical_language must be one of {', '.join(LEXICAL_LANGUAGES)} (a Snowball stemmer each), "
+                f"got {self.lexical_language!r}"
+            )
             raise ConfigError(msg)
 
     # ------------------------------------------------------------------ resolution

@@ -186,8 +186,13 @@ class LexicalLens:
     def dimension(self) -> int:
         return int(self.mean.shape[0])
 
-    def encode(self, texts: Sequence[str]) -> Tensor:
-        """``[n, h]`` float32 unit rows on the embeddings' device (a text without tokens gives zeros)."""
+    def part(self, vectors: Tensor, side: str, document_weight: float, query_weight: float) -> LexicalPart:
+        """The :class:`LexicalPart` of :meth:`encode`'s ``vectors`` for ``side`` (documents or queries)."""
+        return LexicalPart(vectors, query_weight if side == "query" else document_weight)
+
+    def encode(self, texts: Sequence[str], side: str = "document") -> Tensor:
+        """``[n, h]`` float32 unit rows on the embeddings' device (a text without tokens gives zeros); both
+        sides read a text alike."""
         rows, device = self.embeddings.shape[0], self.embeddings.device
         if self.idf.device != device:  # the model moved (e.g. a sentence-transformers model.to("cuda"))
             self.mean, self.whitening, self.idf = (

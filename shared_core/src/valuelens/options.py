@@ -31,7 +31,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from valuelens.config import FIELDS, Combine, EncoderConfig, LongText, field_descriptions
+from valuelens.config import FIELDS, Combine, EncoderConfig, LexicalKind, LongText, field_descriptions
 from valuelens.errors import ConfigError
 from valuelens.extras import hint
 
@@ -169,6 +169,7 @@ OPTION_TYPES: dict[str, Any] = {
     "bool": bool,
     "LongText": LongText,
     "Combine": Combine,
+    "LexicalKind": LexicalKind,
 }
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from pydantic import BaseModel, Field, StrictInt, field_validator, model_validator
 
-from valuelens.config import FIELDS, Combine, EncoderConfig, LongText, field_descriptions
+from valuelens.config import FIELDS, Combine, EncoderConfig, LexicalKind, LongText, field_descriptions
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
 from valuelens.layers import resolve_layers
@@ -138,6 +138,11 @@ class EncoderSettings(BaseModel):
     lexical: float | None = _pydantic_field("lexical")
     lexical_query: float | None = _pydantic_field("lexical_query")
     lexical_corpus: str | None = _pydantic_field("lexical_corpus")
+    lexical_kind: LexicalKind = _pydantic_field("lexical_kind")
+    lexical_dim: StrictInt = _pydantic_field("lexical_dim")
+    lexical_k1: float = _pydantic_field("lexical_k1")
+    lexical_b: float = _pydantic_field("lexical_b")
+    lexical_language: str = _pydantic_field("lexical_language")
     preset: str | None = Field(
         default=None,
         frozen=True,

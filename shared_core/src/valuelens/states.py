@@ -13,8 +13,10 @@ Usage::
   ships (:data:`CORPUS`, sentences, questions and short documents the project wrote, no benchmark text)
   or the user's ``FILE`` (any file or folder :func:`valuelens.io.unlabeled_texts` reads). Any other
   reference (a file, ``builtin:NAME``) is loaded.
-- **The lexical part's state** (:class:`~valuelens.lexical.LexicalState`): idf from English word
-  frequencies and the package's corpus, or counted on ``lexical_corpus``; or a saved state.
+- **The lexical part's state**: for ``lexical_kind="bm25"`` the corpus statistics
+  (:class:`~valuelens.bm25.BM25State`: counted on ``lexical_corpus``, else from English word frequencies);
+  for ``"embeddings"`` the whitening and idf (:class:`~valuelens.lexical.LexicalState`: English word
+  frequencies and the package's corpus, or ``lexical_corpus``); or a saved state.
 
 Fitted states are cached per model fingerprint, spec and corpus in :func:`cache_folder`, so later loads
 read them in milliseconds and give the same vectors. The fingerprint holds the model's config and the
@@ -41,6 +43,7 @@ from torch import Tensor, nn
 
 from valuelens import word_frequency
 from valuelens.batching import Pipeline, TruncationWarning, encode_many
+from valuelens.bm25 import STATE_VERSION as BM25_VERSION, Analyzer, BM25Lens, BM25State
 from valuelens.composition import FittedStates
 from valuelens.config import STATE_FREE_FIELDS, EncoderConfig
 from valuelens.errors import ConfigError
@@ -57,6 +60,8 @@ __all__ = [
     "MIN_TEXTS",
     "FitRequest",
     "RawEncoder",
+    "bm25_lens",
+    "bm25_state",
     "build_states",
     "cache_folder",
     "cache_state",
@@ -239,6 +244,39 @@ def lexical_state(
     return state
 
 
+def bm25_state(language: str = "english", corpus: str | None = None) -> BM25State:
+    """The BM25 part's statistics (:class:`~valuelens.bm25.BM25State`): a saved state (``corpus`` ending in
+    ``.safetensors``), else read from the cache, else counted on the texts of ``corpus`` (``N``, ``df``,
+    ``avgdl``) or, without one, from English word frequencies, and cached (one log line). Word-level:
+    the same for every model."""
+    if corpus is not None and corpus.endswith(STATE_SUFFIX):
+        return BM25State.load(Path(corpus).expanduser())
+    analyzer = Analyzer(language)
+    if corpus is None:
+        texts, source = [], f"{word_frequency.source()}"
+    else:
+        texts, source = corpus_texts(Path(corpus).expanduser(), option="lexical_corpus")
+    key = hashlib.sha256(json.dumps([BM25_VERSION, language, source]).encode()).hexdigest()[:24]
+    file = cache_folder() / f"bm25-{key}.safetensors"
+    if file.is_file():
+        try:
+            return BM25State.load(file)
+        except ConfigError as exc:
+            logger.warning("BM25 state %s cannot be used (%s); counting it again", file, exc)
+    logger.info("lexical part: BM25 statistics (%s) from %s (cached in %s)", language, source, file.parent)
+    state = (
+        BM25State.fit(analyzer, texts) if corpus is not None else BM25State.from_word_frequencies(analyzer)
+    )
+    cache_state(state, file, "BM25 state")
+    return state
+
+
+def bm25_lens(config: EncoderConfig) -> BM25Lens:
+    """The BM25 lens ``config``'s lexical fields ask for (:func:`bm25_state`)."""
+    state = bm25_state(config.lexical_language, config.lexical_corpus)
+    return BM25Lens(state, dim=config.lexical_dim, k1=config.lexical_k1, b=config.lexical_b)
+
+
 def lexical_lens(model: nn.Module, tokenizer: Any, corpus: str | None = None) -> LexicalLens:
     """The lexical lens of ``model`` (:func:`lexical_state`, read through its input embeddings)."""
     return LexicalLens(_input_embeddings(model), tokenizer, lexical_state(model, tokenizer, corpus))
@@ -261,7 +299,9 @@ def build_states(config: EncoderConfig, *, model: nn.Module, tokenizer: Any, raw
             post = fitted_postprocess(config, raw, model)
         else:
             post = load_postprocess(config.postprocess, config)
-    lexical = None
-    if config.lexical is not None:
+    lexical: LexicalState | BM25State | None = None
+    if config.lexical is not None and config.lexical_kind == "bm25":
+        lexical = bm25_state(config.lexical_language, config.lexical_corpus)
+    elif config.lexical is not None:
         lexical = lexical_state(model, tokenizer, config.lexical_corpus, name=raw.name_or_path)
     return FittedStates(post, lexical)

@@ -81,7 +81,8 @@ class ValuePooling(Module):
     (``contrast_layer``, ``contrast_scale``, ``contrast_prompt``), ``fusion``, ``postprocess``,
     ``drop_prefix`` (the last token's attention without the prompt's head) and ``long_text`` (only
     ``"truncate"`` here: ``"chunk"`` needs :class:`valuelens.Encoder` or the LangChain / LlamaIndex adapters),
-    ``query_template`` and the lexical part (``lexical``, ``lexical_query``, ``lexical_corpus``).
+    ``query_template`` and the lexical part (``lexical``, ``lexical_query``, ``lexical_corpus``, ``lexical_kind``,
+    ``lexical_dim``, ``lexical_k1``, ``lexical_b``, ``lexical_language``).
     ``preset="best"`` starts from the model's recommended spec (:mod:`valuelens.presets`), resolved when
     the model is known; the fields passed override it (by key: ``drop_prefix=False`` or
     ``postprocess=None`` too), and a preset's ``drop_prefix`` or fitted state that they invalidate is
@@ -119,6 +120,11 @@ class ValuePooling(Module):
         lexical: float | None = None,
         lexical_query: float | None = None,
         lexical_corpus: str | None = None,
+        lexical_kind: str = "bm25",
+        lexical_dim: int = 4096,
+        lexical_k1: float = 1.5,
+        lexical_b: float = 0.75,
+        lexical_language: str = "english",
         *,
         preset: str | None = None,
         _given: frozenset[str] = frozenset(),
@@ -145,6 +151,11 @@ class ValuePooling(Module):
             "lexical": lexical,
             "lexical_query": lexical_query,
             "lexical_corpus": lexical_corpus,
+            "lexical_kind": lexical_kind,
+            "lexical_dim": lexical_dim,
+            "lexical_k1": lexical_k1,
+            "lexical_b": lexical_b,
+            "lexical_language": lexical_language,
         }
         self.encoder_config = EncoderConfig.from_dict(given)
         # with a preset, the fields passed (by key, whatever their values) override it once the model

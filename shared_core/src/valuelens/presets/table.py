@@ -57,6 +57,7 @@ UNTUNED: dict[str, Any] = {
     "postprocess": "fit:abtt:2",
     "lexical": 0.2,
     "lexical_query": 0.95,
+    "lexical_kind": "embeddings",
 }
 
 #: ``"best"``: the recommended spec for sentences and documents alike (:data:`UNTUNED` for a model

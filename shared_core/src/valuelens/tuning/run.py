@@ -26,7 +26,7 @@ from valuelens.postprocess import Postprocess
 from valuelens.presets.folder import PresetFolder
 from valuelens.presets.resolution import resolve
 from valuelens.presets.table import FUTUREEOL_SENTENCE
-from valuelens.states import lexical_lens
+from valuelens.states import bm25_lens, lexical_lens
 from valuelens.tuning.cache import FAMILIES, LayerCache
 from valuelens.tuning.data import Mode, Objective, TuneData
 from valuelens.tuning.report import write_report
@@ -151,8 +151,16 @@ def tune(
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
     # the default idf: the preset refits the same state at load
-    lens = lexical_lens(probe.model, probe.tokenizer) if lexical else None
-    scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lens)
+    # both kinds of lexical part at their defaults (BM25 from word frequencies, the input embeddings' idf)
+    lenses = (
+        {
+            "bm25": bm25_lens(EncoderConfig(lexical=0.1)),
+            "embeddings": lexical_lens(probe.model, probe.tokenizer),
+        }
+        if lexical
+        else {}
+    )
+    scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lenses)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
         total=n_groups, desc="valuelens tune: scoring", unit="family", disable=not show_progress

@@ -15,8 +15,9 @@ Stages (each scored on STS-B dev Spearman and SciFact dev nDCG@10, combined by t
 4. post-processing (:data:`POSTPROCESS`) fitted on the unlabeled fitting texts, for the best candidates;
 5. a query side: the best few candidates with the queries under another prompt (the documents, and
    everything else, unchanged, so both land in one space);
-6. a lexical part (:mod:`valuelens.lexical`; no forward pass): the best few candidates with the texts'
-   lexical vectors joined at the document and query weights :data:`LEXICAL_WEIGHTS`.
+6. a lexical part (no forward pass): the best few candidates with each kind the run tries (BM25,
+   :mod:`valuelens.bm25`; the input-embedding tf-idf, :mod:`valuelens.lexical`) joined at the document
+   and query weights :data:`LEXICAL_WEIGHTS`.
 
 A candidate's vectors are computed from the cache as the encoder computes them for its spec (band mean,
 EmbedFilter, :func:`valuelens.readout.fuse`, :class:`valuelens.Postprocess`), so the winner's spec
@@ -26,7 +27,7 @@ reproduces its dev scores (``valuelens tune`` checks that with the real encoder)
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,11 +35,12 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from valuelens.bm25 import BM25Lens
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.errors import ConfigError
 from valuelens.evaluation.metrics import ndcg_at_k
-from valuelens.lexical import LexicalLens, LexicalPart
+from valuelens.lexical import LexicalLens
 from valuelens.postprocess import Postprocess
 from valuelens.readout import fuse
 from valuelens.tuning.cache import Family, LayerCache
@@ -100,6 +102,8 @@ class Candidate:
     """The lexical part's document weight (``None``: no lexical part)."""
     lexical_query: float | None = None
     """The lexical part's query weight (``None``: ``lexical``'s)."""
+    lexical_kind: str = "bm25"
+    """The lexical part's kind (``EncoderConfig.lexical_kind``; its other fields at their defaults)."""
 
     def label(self) -> str:
         text = self.main.label()
@@ -109,7 +113,8 @@ class Candidate:
             text += f" ~{self.post}"
         if self.lexical is not None:
             query = "" if self.lexical_query is None else f"/{self.lexical_query:g}"
-            text += f" +lex{self.lexical:g}{query}"
+            kind = "" if self.lexical_kind == "bm25" else f"({self.lexical_kind})"
+            text += f" +lex{kind}{self.lexical:g}{query}"
         return text if self.query_template is None else f"{text} q:{self.query_template!r}"
 
     @classmethod
@@ -148,6 +153,7 @@ class Candidate:
             query_template=config.query_template,
             lexical=config.lexical,
             lexical_query=config.lexical_query,
+            lexical_kind=config.lexical_kind,
         )
         try:
             again = EncoderConfig.from_dict(candidate.fields())
@@ -182,6 +188,7 @@ class Candidate:
             spec["lexical"] = self.lexical
             if self.lexical_query is not None:
                 spec["lexical_query"] = self.lexical_query
+            spec["lexical_kind"] = self.lexical_kind
         return spec
 
 
@@ -198,6 +205,7 @@ CHOSEN_FIELDS = (
     "query_template",
     "lexical",
     "lexical_query",
+    "lexical_kind",
     "postprocess",
 )
 
@@ -231,7 +239,7 @@ class Scorer:
         *,
         objective: Objective = "balanced",
         embed_filters: dict[float, EmbedFilter] | None = None,
-        lexical: LexicalLens | None = None,
+        lexical: Mapping[str, LexicalLens | BM25Lens] | None = None,
     ) -> None:
         if objective not in OBJECTIVES:
             msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
@@ -240,11 +248,15 @@ class Scorer:
         self.data = data
         self.objective = objective
         self.embed_filters = embed_filters or {}
-        self.lexical: dict[str, np.ndarray] = {}
-        """Each set's lexical vectors (the lexical stage runs when they are given)."""
-        if lexical is not None:
-            texts = {"sts": data.sts.texts, "queries": data.retrieval.queries, "docs": data.retrieval.docs}
-            self.lexical = {name: lexical.encode(list(items)).cpu().numpy() for name, items in texts.items()}
+        self.lenses = dict(lexical or {})
+        """The lexical parts tried, by kind (the lexical stage runs when there are some)."""
+        self.lexical: dict[tuple[str, str], np.ndarray] = {}
+        """Each kind's lexical vectors of each set (queries read on the query side)."""
+        texts = {"sts": data.sts.texts, "queries": data.retrieval.queries, "docs": data.retrieval.docs}
+        for kind, lens in self.lenses.items():
+            for name, items in texts.items():
+                side = "query" if name == "queries" else "document"
+                self.lexical[kind, name] = lens.encode(list(items), side).cpu().numpy()
         self._prefix: dict[tuple[str | None, str, str], np.ndarray] = {}
         ret = data.retrieval
         self._relevance = [ret.qrels.get(q, {}) for q in ret.query_ids]
@@ -292,7 +304,7 @@ class Scorer:
             all(self.cache.has(candidate.prompt, families, name) for name in ("sts", "docs"))
             and self.cache.has(queries, families, "queries")
             and all(p.embed_filter is None or p.embed_filter in self.embed_filters for p in parts)
-            and (candidate.lexical is None or bool(self.lexical))
+            and (candidate.lexical is None or candidate.lexical_kind in self.lenses)
         )
 
     def fit_post(self, candidate: Candidate, **extra: Any) -> Postprocess | None:
@@ -309,11 +321,15 @@ class Scorer:
         vec = raw if post is None else post.transform(raw)
         if candidate.lexical is None:
             return vec
-        weight = candidate.lexical
-        if set_name == "queries" and candidate.lexical_query is not None:
-            weight = candidate.lexical_query
-        lexical = LexicalPart(torch.from_numpy(self.lexical[set_name]), weight)
-        return lexical.join(torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))).numpy()
+        document = candidate.lexical
+        query = document if candidate.lexical_query is None else candidate.lexical_query
+        side = "query" if set_name == "queries" else "document"
+        lens = self.lenses[candidate.lexical_kind]
+        block = torch.from_numpy(self.lexical[candidate.lexical_kind, set_name])
+        joined = lens.part(block, side, document, query).join(
+            torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
+        )
+        return joined.numpy()
 
     # ------------------------------------------------------------------ scores
     def sts(self, vec: np.ndarray) -> float:
@@ -425,11 +441,12 @@ def search(
         sides = [replace(c, query_template=q) for c in finalists for q in query_templates if q != c.prompt]
         rows += _scored(scorer, sides, "query_side")
         rows.sort(key=lambda r: -r.objective)
-    if scorer.lexical and scorer.objective != "sts":
+    if scorer.lenses and scorer.objective != "sts":
         finalists = list(dict.fromkeys(row.candidate for row in rows))[:n_mains]
         lexical = [
-            replace(c, lexical=d, lexical_query=None if q == d else q)
+            replace(c, lexical=d, lexical_query=None if q == d else q, lexical_kind=kind)
             for c in finalists
+            for kind in scorer.lenses
             for d, q in LEXICAL_WEIGHTS
         ]
         rows += _scored(scorer, lexical, "lexical")

@@ -1,0 +1,146 @@
+"""One vector against BM25: a preset's model part joined with the BM25 part, on SciFact's full corpus.
+
+The model part of ``--preset`` (its lexical part off) embeds SciFact's 5,183 documents once (kept in
+``--vectors``), its 100 carved dev queries and its 200 test queries; then, with no more forward passes:
+- the BM25 part alone (hashed, D = 4096, English word frequencies: the default; and its statistics
+  counted on the corpus: what ``lexical_corpus`` on one's own documents gives), and exact BM25;
+- the joined vector at query weights w, ranked by the cosine a store computes:
+  ``(1 − w)·cos + w·BM25/BM25max(q)`` (the part's normalization, per query);
+- the same two scores fused the way hybrid retrievers fuse them, for comparison: min-max normalized
+  per query (α on the model side) and reciprocal-rank fusion (k = 60);
+- the preset as shipped (its own lexical part, the input-embedding tf-idf) from the same vectors.
+w and α are chosen on dev (nDCG@10, 100 queries); test (200 queries) is reported at the dev choice.
+
+Usage::
+
+    python research/bm25_hybrid.py smollm2-135m --vectors /tmp/hyb/smollm2.npz --out research/rounds/bm25_hybrid/smollm2-135m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from valuelens import Encoder
+from valuelens.bm25 import Analyzer, BM25Lens, BM25Part, BM25State
+from valuelens.evaluation.metrics import rank_documents, retrieval_scores
+from valuelens.evaluation.tasks import load_task
+from valuelens.states import bm25_state
+
+WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def ndcg(scores: np.ndarray, query_ids: list[str], doc_ids: list[str], qrels) -> float:
+    rankings = dict(zip(query_ids, rank_documents(scores, doc_ids, top_k=100), strict=True))
+    return round(100 * retrieval_scores(rankings, {q: qrels[q] for q in query_ids})["ndcg_at_10"], 2)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(1e-12)
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    lo, hi = x.min(axis=1, keepdims=True), x.max(axis=1, keepdims=True)
+    return (x - lo) / np.where(hi > lo, hi - lo, 1.0)
+
+
+def rrf(a: np.ndarray, b: np.ndarray, k: float = 60.0) -> np.ndarray:
+    def ranks(x: np.ndarray) -> np.ndarray:
+        order = np.argsort(-x, axis=1, kind="stable")
+        out = np.empty_like(order)
+        np.put_along_axis(out, order, np.arange(x.shape[1])[None, :].repeat(x.shape[0], 0), axis=1)
+        return out
+
+    return 1 / (k + ranks(a) + 1) + 1 / (k + ranks(b) + 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--preset", default="best")
+    parser.add_argument("--vectors", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    task = load_task("scifact")
+    dev, test = task.load("dev"), task.load("test")
+    doc_ids, docs = list(test.corpus), list(test.corpus.values())
+    assert list(dev.corpus) == doc_ids  # one corpus, two sets of queries
+    splits = {"dev": dev, "test": test}
+    shipped = Encoder.from_pretrained(args.model, preset=args.preset)
+    out: dict = {"model": args.model, "preset": args.preset, "spec": repr(shipped), "rows": []}
+    if args.vectors.is_file():
+        saved = np.load(args.vectors)
+        vectors = {k: saved[k] for k in saved.files}
+    else:
+        tick = time.perf_counter()
+        dense = Encoder(
+            shipped.model, shipped.tokenizer, shipped.config.replace(lexical=None, lexical_query=None)
+        )
+        vectors = {"docs": dense.encode(docs, batch_size=16, show_progress=True)}
+        for name, data in splits.items():
+            vectors[f"queries-{name}"] = dense.encode_query(list(data.queries.values()))
+        out["forward_seconds"] = round(time.perf_counter() - tick)
+        args.vectors.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(args.vectors, **vectors)
+    analyzer = Analyzer("english")
+    lenses = {
+        "word frequencies": BM25Lens(bm25_state("english")),
+        "the corpus": BM25Lens(BM25State.fit(analyzer, docs)),
+    }
+    doc_blocks = {name: lens.documents(docs) for name, lens in lenses.items()}
+    chosen: dict[str, float] = {}
+    for split, data in splits.items():
+        qids, queries = list(data.queries), list(data.queries.values())
+        cos = unit(vectors[f"queries-{split}"]) @ unit(vectors["docs"]).T
+
+        def row(system: str, scores: np.ndarray, *, split=split, qids=qids, data=data, **extra) -> None:
+            score = ndcg(scores, qids, doc_ids, data.qrels)
+            out["rows"].append({"split": split, "system": system, "ndcg": score, **extra})
+
+        row("model part alone", cos)
+        for name, lens in lenses.items():
+            q_blocks = lens.queries(queries)
+            lexical = (q_blocks @ doc_blocks[name].T).numpy() * lens.bound  # BM25/BM25max, hashed
+            row(f"BM25 part alone (hashed, D=4096, {name})", lexical)
+            for w in WEIGHTS:
+                joined_docs = BM25Part(doc_blocks[name], False, 0.05, w, lens.bound).join(
+                    torch.from_numpy(vectors["docs"])
+                )
+                joined_q = BM25Part(q_blocks, True, 0.05, w, lens.bound).join(
+                    torch.from_numpy(vectors[f"queries-{split}"])
+                )
+                row(f"one vector, {name}", (joined_q @ joined_docs.T).numpy(), w=w)
+                row(f"min-max fusion, {name}", (1 - w) * minmax(cos) + w * minmax(lexical), w=w)
+            row(f"RRF fusion, {name}", rrf(cos, lexical))
+        shipped_scores = cos
+        if shipped.lexical is not None:  # the preset's own lexical part, joined as its encoder joins it
+            composition = shipped.composition
+            joined = composition.join(torch.from_numpy(vectors["docs"]), composition.lexical_part(docs))
+            shipped_scores = shipped.encode_query(queries, normalize=True) @ joined.numpy().T
+        row(f"{args.preset} as shipped ({shipped.config.lexical_kind} lexical part)", shipped_scores)
+    for system in {r["system"] for r in out["rows"] if "w" in r}:
+        dev_rows = [r for r in out["rows"] if r["system"] == system and r["split"] == "dev"]
+        best = max(dev_rows, key=lambda r: r["ndcg"])
+        chosen[system] = best["w"]
+        test_row = next(
+            r for r in out["rows"] if r["system"] == system and r["split"] == "test" and r["w"] == best["w"]
+        )
+        out.setdefault("chosen_on_dev", []).append(
+            {"system": system, "w": best["w"], "dev": best["ndcg"], "test": test_row["ndcg"]}
+        )
+    for r in out["rows"]:
+        if "w" not in r:
+            print(r)
+    for r in sorted(out["chosen_on_dev"], key=lambda r: r["system"]):
+        print(r)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
