@@ -10,6 +10,8 @@ The model part of ``--preset`` (its lexical part off) embeds SciFact's 5,183 doc
   per query (α on the model side) and reciprocal-rank fusion (k = 60);
 - the preset as shipped (its own lexical part, the input-embedding tf-idf) from the same vectors.
 w and α are chosen on dev (nDCG@10, 100 queries); test (200 queries) is reported at the dev choice.
+STS-B dev and test (Spearman ×100; texts embedded as documents, so the BM25 part joins at the documents'
+weight ``--document-weight``) show what the part costs document–document similarity.
 
 Usage::
 
@@ -59,12 +61,57 @@ def rrf(a: np.ndarray, b: np.ndarray, k: float = 60.0) -> np.ndarray:
     return 1 / (k + ranks(a) + 1) + 1 / (k + ranks(b) + 1)
 
 
+def sts_rows(shipped: Encoder, args: argparse.Namespace) -> list[dict]:
+    """STS-B dev and test Spearman: the model part alone, joined with the BM25 part (documents' weight),
+    and the preset as shipped (its own lexical part). Vectors kept beside ``--vectors`` (``.sts.npz``)."""
+    from scipy.stats import spearmanr
+
+    file = args.vectors.with_suffix(".sts.npz")
+    sets = {split: load_task("stsb").load(split) for split in ("dev", "test")}
+    texts = sorted({t for data in sets.values() for t in (*data.texts1, *data.texts2)})
+    if file.is_file():
+        dense_vectors = np.load(file)["dense"]
+    else:
+        dense = Encoder(
+            shipped.model, shipped.tokenizer, shipped.config.replace(lexical=None, lexical_query=None)
+        )
+        dense_vectors = dense.encode(texts, batch_size=32)
+        np.savez(file, dense=dense_vectors)
+    index = {t: i for i, t in enumerate(texts)}
+    lens = BM25Lens(bm25_state("english"))
+    variants = {
+        "model part alone": unit(dense_vectors),
+        f"with the BM25 part (documents' weight {args.document_weight})": BM25Part(
+            lens.documents(texts), False, args.document_weight, args.document_weight, lens.bound
+        )
+        .join(torch.from_numpy(dense_vectors))
+        .numpy(),
+    }
+    if shipped.lexical is not None:
+        composition = shipped.composition
+        variants[f"{args.preset} as shipped"] = composition.join(
+            torch.from_numpy(dense_vectors), composition.lexical_part(texts)
+        ).numpy()
+    rows = []
+    for name, vectors in variants.items():
+        v = unit(np.asarray(vectors, dtype=np.float64))
+        for split, data in sets.items():
+            a = v[[index[t] for t in data.texts1]]
+            b = v[[index[t] for t in data.texts2]]
+            rho = spearmanr((a * b).sum(1), data.scores).statistic
+            rows.append({"split": split, "system": name, "spearman": round(100 * float(rho), 2)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--preset", default="best")
     parser.add_argument("--vectors", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--document-weight", type=float, default=0.05, help="the BM25 part's documents' weight"
+    )
     args = parser.parse_args()
     task = load_task("scifact")
     dev, test = task.load("dev"), task.load("test")
@@ -108,10 +155,10 @@ def main() -> None:
             lexical = (q_blocks @ doc_blocks[name].T).numpy() * lens.bound  # BM25/BM25max, hashed
             row(f"BM25 part alone (hashed, D=4096, {name})", lexical)
             for w in WEIGHTS:
-                joined_docs = BM25Part(doc_blocks[name], False, 0.05, w, lens.bound).join(
+                joined_docs = BM25Part(doc_blocks[name], False, args.document_weight, w, lens.bound).join(
                     torch.from_numpy(vectors["docs"])
                 )
-                joined_q = BM25Part(q_blocks, True, 0.05, w, lens.bound).join(
+                joined_q = BM25Part(q_blocks, True, args.document_weight, w, lens.bound).join(
                     torch.from_numpy(vectors[f"queries-{split}"])
                 )
                 row(f"one vector, {name}", (joined_q @ joined_docs.T).numpy(), w=w)
@@ -123,6 +170,7 @@ def main() -> None:
             joined = composition.join(torch.from_numpy(vectors["docs"]), composition.lexical_part(docs))
             shipped_scores = shipped.encode_query(queries, normalize=True) @ joined.numpy().T
         row(f"{args.preset} as shipped ({shipped.config.lexical_kind} lexical part)", shipped_scores)
+    out["sts"] = sts_rows(shipped, args)
     for system in {r["system"] for r in out["rows"] if "w" in r}:
         dev_rows = [r for r in out["rows"] if r["system"] == system and r["split"] == "dev"]
         best = max(dev_rows, key=lambda r: r["ndcg"])
@@ -137,6 +185,8 @@ def main() -> None:
         if "w" not in r:
             print(r)
     for r in sorted(out["chosen_on_dev"], key=lambda r: r["system"]):
+        print(r)
+    for r in out["sts"]:
         print(r)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")

@@ -5,7 +5,7 @@ BM25 scores and which rank as the hybrid score in any cosine or inner-product st
 Usage::
 
     state = BM25State.fit(Analyzer("english"), my_documents)     # df, N, avgdl of your own texts
-    lens = BM25Lens(state, dim=4096, k1=1.5, b=0.75)
+    lens = BM25Lens(state, dim=8192, k1=1.5, b=0.75)
     docs, queries = lens.documents(texts), lens.queries(["what causes rain?"])
     queries @ docs.T          # ≈ BM25(q, d) / BM25max(q) · δ … see below; exact up to hashing collisions
 
@@ -151,9 +151,10 @@ WORD_FREQUENCY_TEXTS = 1_000_000
 #: Bump when the state's layout or formulas change: cached states of other versions are fitted again.
 STATE_VERSION = 1
 #: The coordinates each stem is hashed to (each carrying ``1/√HASHES`` of its weight): a collision then
-#: adds a quarter of a weight, not a whole one (SciFact dev nDCG@10 at D = 4096: 1 hash 63.5, 2 66.6, 4
-#: 68.2, 8 67.0; unhashed 69.2: research/rounds/bm25_part.md).
-HASHES = 4
+#: adds an eighth of a weight, not a whole one. Chosen on SciFact's dev split (nDCG@10 of the part alone,
+#: mean over D = 4096, 8192, 16384, English word frequencies: 1 hash 62.2, 2 66.0, 4 67.3, 8 67.5;
+#: research/rounds/bm25_part.md).
+HASHES = 8
 _MASK64 = (1 << 64) - 1
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 
@@ -329,11 +330,11 @@ class BM25State:
 class BM25Lens:
     """BM25 vectors of texts under a fitted :class:`BM25State` (see the module docstring).
 
-    Usage: ``BM25Lens(state, dim=4096).documents(["a text"])`` → ``[1, 4097]``; ``.queries([...])``.
+    Usage: ``BM25Lens(state, dim=8192).documents(["a text"])`` → ``[1, 8193]``; ``.queries([...])``.
     """
 
     def __init__(
-        self, state: BM25State, *, dim: int = 4096, k1: float = 1.5, b: float = 0.75, hashes: int = HASHES
+        self, state: BM25State, *, dim: int = 8192, k1: float = 1.5, b: float = 0.75, hashes: int = HASHES
     ) -> None:
         self.state = state
         self.hashes = hashes
@@ -379,35 +380,30 @@ class BM25Lens:
                 row[slot] = row.get(slot, 0.0) + sign * value * share
         return row
 
-    def _hash(self, weights: Iterable[tuple[int, float]], row: np.ndarray) -> None:
-        for slot, value in self.hashed(weights).items():
-            row[slot] = value
-
     def documents(self, texts: Sequence[str]) -> Tensor:
         """``[n, D + 1]`` float32 unit rows: the hashed weights over :attr:`bound`, then the padding
         coordinate (a text with no indexable word: all padding). A text whose hashed weights reach past
         the bound (collisions only) is scaled back to it."""
-        out = np.zeros((len(texts), self.dimension), dtype=np.float64)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for i, text in enumerate(texts):
-            row = out[i, : self.dim]
-            self._hash(self.weights(text).items(), row)
-            row /= self.bound
-            norm = float(np.linalg.norm(row))
-            if norm > 1.0:
-                row /= norm
-                norm = 1.0
-            out[i, self.dim] = math.sqrt(max(0.0, 1.0 - norm * norm))
-        return torch.from_numpy(out.astype(np.float32))
+            row = self.hashed(self.weights(text).items())
+            norm = math.sqrt(sum(v * v for v in row.values())) / self.bound
+            scale = 1 / (self.bound * max(norm, 1.0))
+            if row:
+                out[i, list(row)] = np.fromiter(row.values(), dtype=np.float64, count=len(row)) * scale
+            out[i, self.dim] = math.sqrt(max(0.0, 1.0 - min(norm, 1.0) ** 2))
+        return torch.from_numpy(out)
 
     def queries(self, texts: Sequence[str]) -> Tensor:
         """``[n, D + 1]`` float32: the hashed term counts over ``BM25max(q)`` (zero padding; a query with no
         indexable word: all zeros). ``queries @ documents.T`` is ``BM25(q, d) / (BM25max(q) · bound)``."""
-        out = np.zeros((len(texts), self.dimension), dtype=np.float64)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for i, text in enumerate(texts):
             weights, top = self.query_weights(text)
             if top > 0:
-                self._hash(((k, v / top) for k, v in weights.items()), out[i, : self.dim])
-        return torch.from_numpy(out.astype(np.float32))
+                row = self.hashed((k, v / top) for k, v in weights.items())
+                out[i, list(row)] = np.fromiter(row.values(), dtype=np.float64, count=len(row))
+        return torch.from_numpy(out)
 
     def encode(self, texts: Sequence[str], side: str = "document") -> Tensor:
         """:meth:`documents` or (``side="query"``) :meth:`queries`."""

@@ -121,7 +121,7 @@ class ValuePooling(Module):
         lexical_query: float | None = None,
         lexical_corpus: str | None = None,
         lexical_kind: str = "bm25",
-        lexical_dim: int = 4096,
+        lexical_dim: int = 8192,
         lexical_k1: float = 1.5,
         lexical_b: float = 0.75,
         lexical_language: str = "english",

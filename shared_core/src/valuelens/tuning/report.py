@@ -66,8 +66,9 @@ def write_report(
         f"Objective `{folder.objective}` ({OBJECTIVE_MEANING.get(cast(Objective, folder.objective), '?')}, ×100), "
         f"{info.get('mode', '?')} mode. Dev data only: {len(data.sts.gold)} STS-B dev pairs; SciFact's carved dev split "
         f"({len(data.retrieval.queries)} queries) over {len(data.retrieval.docs)} documents. Post-processing fitted on "
-        f"{data.fit_source} (unlabeled). A lexical part (`+lexD/Q`: document / query weight) takes its idf from "
-        "English word frequencies (the package's corpus for the rest), as the encoder does at load.",
+        f"{data.fit_source} (unlabeled). A lexical part (`+lexD/Q`: document / query weight; BM25, or "
+        "`+lex(embeddings)` for the input-embedding tf-idf) takes its statistics from English word frequencies, "
+        "as the encoder does at load.",
         "",
         'Use it: `Encoder.from_pretrained(MODEL, preset="DIR")`, `ValueLensEmbeddings(model_name=MODEL, preset="DIR")`, '
         '`ValueLensEmbedding(model_name=MODEL, preset="DIR")`, `ValuePooling(preset="DIR")`, `valuelens embed ... --preset DIR`.',
