@@ -2,7 +2,7 @@
 
 The model part of ``--preset`` (its lexical part off) embeds SciFact's 5,183 documents once (kept in
 ``--vectors``), its 100 carved dev queries and its 200 test queries; then, with no more forward passes:
-- the BM25 part alone (hashed, D = 4096, English word frequencies: the default; and its statistics
+- the BM25 part alone (hashed at the defaults, English word frequencies: the default; and its statistics
   counted on the corpus: what ``lexical_corpus`` on one's own documents gives), and exact BM25;
 - the joined vector at query weights w, ranked by the cosine a store computes:
   ``(1 − w)·cos + w·BM25/BM25max(q)`` (the part's normalization, per query);
@@ -153,7 +153,7 @@ def main() -> None:
         for name, lens in lenses.items():
             q_blocks = lens.queries(queries)
             lexical = (q_blocks @ doc_blocks[name].T).numpy() * lens.bound  # BM25/BM25max, hashed
-            row(f"BM25 part alone (hashed, D=4096, {name})", lexical)
+            row(f"BM25 part alone (hashed, D={lens.dim} x{lens.hashes}, {name})", lexical)
             for w in WEIGHTS:
                 joined_docs = BM25Part(doc_blocks[name], False, args.document_weight, w, lens.bound).join(
                     torch.from_numpy(vectors["docs"])

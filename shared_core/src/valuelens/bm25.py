@@ -41,7 +41,7 @@ import importlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -281,7 +281,7 @@ class BM25State:
         return cls._from_counts(df, n, AVERAGE_LENGTH, analyzer.language)
 
     @classmethod
-    def _from_counts(cls, df: dict[str, float], n: float, average: float, language: str) -> BM25State:
+    def _from_counts(cls, df: Mapping[str, float], n: float, average: float, language: str) -> BM25State:
         keys = np.fromiter((term_key(t) for t in df), dtype=np.int64, count=len(df))
         counts = np.fromiter(df.values(), dtype=np.float64, count=len(df))
         order = np.argsort(keys)

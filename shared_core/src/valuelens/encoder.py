@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from valuelens.architectures import ModelParts, locate
 from valuelens.batching import Stages, embed_all, encode_many
+from valuelens.bm25 import BM25Part
 from valuelens.composition import Composition, FittedStates, Side
 from valuelens.config import DEFAULT_MAX_LENGTH, FIELDS, EncoderConfig
 from valuelens.embed_filter import EmbedFilter
@@ -208,14 +209,16 @@ class Encoder:
         return self.composition.raw_dimension
 
     # ------------------------------------------------------------------ for hosts that run the forward
-    def finish(self, layer_vectors: Sequence[Sequence[Tensor]], lexical: LexicalPart | None = None) -> Tensor:
+    def finish(
+        self, layer_vectors: Sequence[Sequence[Tensor]], lexical: LexicalPart | BM25Part | None = None
+    ) -> Tensor:
         """The embedding from a capture's per-layer vectors (``session.layer_vectors()``): each readout's
         steps, the composition's model part, then the texts' ``lexical`` part when the spec has one."""
         parts = self.runner.current_parts()
         vectors = [r.finish(list(v), parts) for r, v in zip(self.readouts, layer_vectors, strict=True)]
         return self.composition.join(self.composition.dense(vectors), lexical)
 
-    def lexical_part(self, texts: Sequence[str]) -> LexicalPart | None:
+    def lexical_part(self, texts: Sequence[str]) -> LexicalPart | BM25Part | None:
         """The lexical vectors of ``texts`` at this side's weight; ``None`` without a lexical part."""
         return self.composition.lexical_part(texts, self.side)
 

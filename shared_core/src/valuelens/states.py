@@ -253,7 +253,8 @@ def bm25_state(language: str = "english", corpus: str | None = None) -> BM25Stat
         return BM25State.load(Path(corpus).expanduser())
     analyzer = Analyzer(language)
     if corpus is None:
-        texts, source = [], f"{word_frequency.source()}"
+        texts: list[str] = []
+        source = f"{word_frequency.source()}"
     else:
         texts, source = corpus_texts(Path(corpus).expanduser(), option="lexical_corpus")
     key = hashlib.sha256(json.dumps([BM25_VERSION, language, source]).encode()).hexdigest()[:24]

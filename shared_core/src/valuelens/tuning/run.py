@@ -17,10 +17,12 @@ from tqdm.auto import tqdm
 
 from valuelens import models
 from valuelens.batching import TruncationWarning
+from valuelens.bm25 import BM25Lens
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder
 from valuelens.errors import ConfigError
+from valuelens.lexical import LexicalLens
 from valuelens.loading import load_model
 from valuelens.postprocess import Postprocess
 from valuelens.presets.folder import PresetFolder
@@ -152,7 +154,7 @@ def tune(
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
     # the default idf: the preset refits the same state at load
     # both kinds of lexical part at their defaults (BM25 from word frequencies, the input embeddings' idf)
-    lenses = (
+    lenses: dict[str, LexicalLens | BM25Lens] = (
         {
             "bm25": bm25_lens(EncoderConfig(lexical=0.1)),
             "embeddings": lexical_lens(probe.model, probe.tokenizer),
