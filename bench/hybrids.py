@@ -16,6 +16,9 @@ Every retriever returns its top 100 to the fusion. The dense vectors come from f
 and fusion run for real without a forward pass here: valuelens' from research/bm25_hybrid.py (``--vectors``),
 MiniLM's computed once and kept in ``--minilm``.
 
+Its packages: ``pip install -r requirements/bench.txt`` (langchain-classic, langchain-community, rank-bm25,
+llama-index-retrievers-bm25, PyStemmer) beside the adapters' ``[test]`` and ``[qdrant]`` extras.
+
 Usage::
 
     python -m bench.hybrids --vectors /tmp/hyb/smollm2.npz --minilm /tmp/hyb/minilm.npz --weight 0.5 \

@@ -13,9 +13,21 @@ w and α are chosen on dev (nDCG@10, 100 queries); test (200 queries) is reporte
 STS-B dev and test (Spearman ×100; texts embedded as documents, so the BM25 part joins at the documents'
 weight ``--document-weight``) show what the part costs document–document similarity.
 
+With ``--write-preset``, the bundled preset of ``MODEL`` takes the BM25 part at the weight chosen on dev
+for the default statistics ("one vector, word frequencies") and the documents' weight: its ``preset.json``
+(``valuelens/presets/tuned/MODEL-PRESET``) keeps the tuned model part and records where the lexical
+fields came from under ``lexical_choice``.
+
+With ``--distractors N`` the corpus is the documents relevant to the dev and test queries and N others
+(seeded): for the larger models, whose forward over all 5,183 abstracts takes hours on a laptop CPU; the
+rows then compare systems on that corpus only.
+
 Usage::
 
-    python research/bm25_hybrid.py smollm2-135m --vectors /tmp/hyb/smollm2.npz --out research/rounds/bm25_hybrid/smollm2-135m.json
+    python research/bm25_hybrid.py smollm2-135m --vectors /tmp/hyb/smollm2.npz \
+        --out research/rounds/bm25_hybrid/smollm2-135m.json --write-preset
+    python research/bm25_hybrid.py gemma3-270m --distractors 700 --vectors /tmp/hyb/gemma-700.npz \
+        --out research/rounds/bm25_hybrid/gemma3-270m.json --write-preset
 """
 
 from __future__ import annotations
@@ -31,9 +43,11 @@ import torch
 from valuelens import Encoder
 from valuelens.bm25 import Analyzer, BM25Lens, BM25Part, BM25State
 from valuelens.evaluation.metrics import rank_documents, retrieval_scores
-from valuelens.evaluation.tasks import load_task
+from valuelens.evaluation.tasks import SEED, load_task
 from valuelens.states import bm25_state
 
+#: The system whose dev choice a preset takes: the joined vector under the default statistics.
+PRESET_SYSTEM = "one vector, word frequencies"
 WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -59,6 +73,19 @@ def rrf(a: np.ndarray, b: np.ndarray, k: float = 60.0) -> np.ndarray:
         return out
 
     return 1 / (k + ranks(a) + 1) + 1 / (k + ranks(b) + 1)
+
+
+def corpus_ids(dev, test, distractors: int | None) -> list[str]:
+    """The full corpus (``distractors`` None) or the relevant documents of every dev and test query and
+    ``distractors`` others drawn with the evaluation seed, in corpus order."""
+    ids = list(test.corpus)
+    if distractors is None:
+        return ids
+    relevant = {d for qrels in (dev.qrels, test.qrels) for judged in qrels.values() for d in judged}
+    others = [i for i in ids if i not in relevant]
+    drawn = np.random.default_rng(SEED).choice(len(others), size=min(distractors, len(others)), replace=False)
+    keep = relevant | {others[i] for i in drawn}
+    return [i for i in ids if i in keep]
 
 
 def sts_rows(shipped: Encoder, args: argparse.Namespace) -> list[dict]:
@@ -112,14 +139,24 @@ def main() -> None:
     parser.add_argument(
         "--document-weight", type=float, default=0.05, help="the BM25 part's documents' weight"
     )
+    parser.add_argument(
+        "--distractors",
+        type=int,
+        help="a smaller corpus: the documents relevant to any dev or test query and this many others (seeded)",
+    )
+    parser.add_argument(
+        "--write-preset", action="store_true", help="write the dev choice into the bundled preset"
+    )
     args = parser.parse_args()
     task = load_task("scifact")
     dev, test = task.load("dev"), task.load("test")
-    doc_ids, docs = list(test.corpus), list(test.corpus.values())
-    assert list(dev.corpus) == doc_ids  # one corpus, two sets of queries
+    assert list(dev.corpus) == list(test.corpus)  # one corpus, two sets of queries
+    doc_ids = corpus_ids(dev, test, args.distractors)
+    docs = [test.corpus[i] for i in doc_ids]
     splits = {"dev": dev, "test": test}
     shipped = Encoder.from_pretrained(args.model, preset=args.preset)
-    out: dict = {"model": args.model, "preset": args.preset, "spec": repr(shipped), "rows": []}
+    out: dict = {"model": args.model, "preset": args.preset, "spec": repr(shipped), "documents": len(docs)}
+    out["rows"] = []
     if args.vectors.is_file():
         saved = np.load(args.vectors)
         vectors = {k: saved[k] for k in saved.files}
@@ -190,6 +227,47 @@ def main() -> None:
         print(r)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    if args.write_preset:
+        print(write_preset(args, out))
+
+
+def write_preset(args: argparse.Namespace, out: dict) -> Path:
+    """The bundled ``MODEL-PRESET`` folder with the BM25 part at the dev choice of :data:`PRESET_SYSTEM`."""
+    from dataclasses import replace
+
+    from valuelens.presets.folder import PresetFolder
+    from valuelens.presets.table import TUNED_NAMES
+
+    root = Path(__file__).resolve().parents[1] / "shared_core/src/valuelens/presets/tuned"
+    folder = PresetFolder.read(root / f"{args.model}-{args.preset}")
+    assert TUNED_NAMES[folder.objective] == args.preset
+    choice = next(r for r in out["chosen_on_dev"] if r["system"] == PRESET_SYSTEM)
+    sts_dev = next(
+        r["spearman"] for r in out["sts"] if r["split"] == "dev" and r["system"].startswith("with the BM25")
+    )
+    spec = {
+        **folder.spec,
+        "lexical": args.document_weight,
+        "lexical_query": choice["w"],
+        "lexical_kind": "bm25",
+    }
+    info = {
+        **folder.info,
+        "lexical_choice": {
+            "by": "research/bm25_hybrid.py",
+            "chosen_on": "SciFact dev: the 100 seeded queries carved from its judged split, over "
+            + (
+                "the full corpus"
+                if args.distractors is None
+                else f"{out['documents']} documents (the judged ones and {args.distractors} others, seeded)"
+            ),
+            "system": PRESET_SYSTEM,
+            "lexical_query": choice["w"],
+            "dev_ndcg_at_10": choice["dev"],
+            "sts_dev_spearman": sts_dev,
+        },
+    }
+    return replace(folder, spec=spec, info=info).write()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,15 @@ from valuelens.composition import STATE_FILES, Composition, FittedStates
 from valuelens.io import read_records, unlabeled_texts
 from valuelens.states import RawEncoder, build_states
 
-SPEC = EncoderConfig(recipe="va", layers=[1, 2], postprocess="fit:center", lexical=0.3, lexical_query=0.8)
+#: the input-embedding lexical part: its state needs the model's embeddings, and its join has a closed form
+SPEC = EncoderConfig(
+    recipe="va",
+    layers=[1, 2],
+    postprocess="fit:center",
+    lexical=0.3,
+    lexical_query=0.8,
+    lexical_kind="embeddings",
+)
 
 
 @pytest.fixture
@@ -69,6 +77,10 @@ def test_the_builder_fits_from_raw_vectors_without_an_encoder(encoder, tiny_llam
     torch.testing.assert_close(built.postprocess.mean, encoder.postprocess.mean)  # read from the cache
     with pytest.raises(ConfigError, match="lexical part"):
         Composition.assemble(encoder.config, encoder.readouts, built)  # no input embeddings given
+    bm25 = encoder.config.replace(lexical=0.05, lexical_query=0.7, lexical_kind="bm25")
+    words = build_states(bm25, model=tiny_llama, tokenizer=tiny_tokenizer, raw=raw)
+    composed = Composition.assemble(bm25, encoder.readouts, words)  # word-level: no embeddings needed
+    assert composed.dimension == encoder.raw_dimension + bm25.lexical_dim + 1
 
 
 def test_saved_states_load_back_as_the_same_vectors(encoder, tiny_llama, tiny_tokenizer, tmp_path):

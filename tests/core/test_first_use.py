@@ -14,6 +14,7 @@ import torch
 from tiny_models import CORPUS, save_tiny_model
 from valuelens import ConfigError, Encoder, EncoderConfig, fit_texts
 from valuelens.evaluation.tasks import default_data_dir
+from valuelens.presets.table import UNTUNED
 from valuelens.states import CORPUS as CORPUS_FILE, FIT_CACHE_ENV, FitRequest
 
 TEXTS = CORPUS[:6]
@@ -147,9 +148,10 @@ def test_untuned_preset_best_fits_once_and_postprocess_none_turns_it_off(tmp_pat
     enc = Encoder.from_pretrained(path, preset="best", device="cpu")
     assert enc.config.layers == (2, 3) and enc.config.fusion[0].layers == (2, 3)  # 70%-100% of 4 layers
     assert enc.postprocess is not None and enc.postprocess.k == 2
-    # one post-processing state and one lexical state (the rule carries a lexical part), each fitted once
-    assert len(list(cache.glob("lexical-*.safetensors"))) == 1 and len(list(cache.glob("*.safetensors"))) == 2
-    assert (enc.config.lexical, enc.config.lexical_query) == (0.2, 0.95)
+    # one post-processing state and one BM25 state (the rule carries the BM25 part), each built once
+    assert len(list(cache.glob("bm25-*.safetensors"))) == 1 and len(list(cache.glob("*.safetensors"))) == 2
+    assert enc.config.lexical_kind == "bm25"
+    assert (enc.config.lexical, enc.config.lexical_query) == (UNTUNED["lexical"], UNTUNED["lexical_query"])
     off = Encoder.from_pretrained(path, preset="best", postprocess=None, device="cpu")
     assert off.postprocess is None and len(list(cache.glob("*.safetensors"))) == 2
     # the rule for every model, by name: the same spec

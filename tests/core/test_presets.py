@@ -147,6 +147,12 @@ def test_the_real_presets_resolve_overrides_without_loading_a_model(caplog):
         assert config.postprocess is None and config.drop_prefix, change
     assert preset_config("best", smollm2, layers=list(range(21, 30))).postprocess is not None  # = "21-29"
     assert len(_dropped(caplog)) == 3
+    # lexical=None turns the part off on both sides: the preset's query weight goes with it, silently
+    off = preset_config("best", smollm2, lexical=None)
+    assert off.lexical is None and off.lexical_query is None and off.postprocess is not None
+    assert len(_dropped(caplog)) == 3
+    with pytest.raises(ConfigError, match="lexical_query needs a lexical part"):
+        preset_config("best", smollm2, lexical=None, lexical_query=0.5)  # both given: the caller's mistake
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ The rule (docs/recipes.md, "Presets"):
    Contrastive Prompting edits a layer it reads), and the fitted ``postprocess`` state when any field
    besides ``max_length``, ``long_text`` and ``query_template`` differs from the spec it was fitted for. A ``drop_prefix`` or
    ``postprocess`` the caller passed is never dropped (a state fitted for another spec then fails
-   here, before the model loads, naming the fix).
+   here, before the model loads, naming the fix). ``lexical=None`` takes the preset's ``lexical_query``
+   and ``lexical_corpus`` with it (:data:`LEXICAL_DEPENDENTS`): the part is off on both sides.
 3. A model without a tuned entry gets :data:`~valuelens.presets.table.UNTUNED` (a relative layer band
    and a post-processing fitted at first use, :mod:`valuelens.states`), with one log line per model
    and process pointing at ``valuelens tune``, which tunes a preset folder for any model.
@@ -125,6 +126,10 @@ def _label(model: ModelRef) -> str | None:
     return str(model) if model is not None else models.DEFAULT_MODEL
 
 
+#: The fields that only mean something with a lexical part (``lexical`` set).
+LEXICAL_DEPENDENTS = ("lexical_query", "lexical_corpus")
+
+
 def resolve(preset: str | None, model: ModelRef, overrides: Mapping[str, Any] | None = None) -> EncoderConfig:
     """The spec of ``preset`` for ``model`` with ``overrides`` applied by the module docstring's rule.
 
@@ -146,6 +151,8 @@ def resolve(preset: str | None, model: ModelRef, overrides: Mapping[str, Any] | 
     base = preset_fields(name, key, label=_label(model))
     merged = {**base, **given}
     dropped: list[str] = []
+    if "lexical" in given and given["lexical"] is None:  # no lexical part: the preset's query weight goes too
+        merged.update({name: None for name in LEXICAL_DEPENDENTS if name not in given})
     if base.get("drop_prefix") and "drop_prefix" not in given:
         why = _drop_prefix_conflict(merged, key)
         if why:

@@ -47,17 +47,16 @@ GENERIC: dict[str, Any] = {"recipe": "aligned-wva", "prompt": "futureeol"}
 #: AlignedWVA under FutureEOL "of this sentence" over the top 30 % of the depth, fused with VA over the
 #: same band at weight 0.5, then all-but-the-top (2 components) fitted at first use on the package's
 #: unlabeled corpus and cached per model (:mod:`valuelens.states`; ``postprocess=None`` turns it off);
-#: a lexical part at weight 0.2 for documents and 0.95 for queries (research/untuned_lexical.py;
-#: ``lexical=None`` turns it off).
+#: the BM25 part at weight 0.05 for documents and 0.7 for queries, the query weight SmolLM2's and
+#: Gemma's ``best`` both took on SciFact dev (research/bm25_hybrid.py; ``lexical=None`` turns it off).
 UNTUNED: dict[str, Any] = {
     "recipe": "aligned-wva",
     "prompt": FUTUREEOL_SENTENCE,
     "layers": "70%-100%",
     "fusion": [{"recipe": "va", "layers": "70%-100%", "weight": 0.5}],
     "postprocess": "fit:abtt:2",
-    "lexical": 0.2,
-    "lexical_query": 0.95,
-    "lexical_kind": "embeddings",
+    "lexical": 0.05,
+    "lexical_query": 0.7,
 }
 
 #: ``"best"``: the recommended spec for sentences and documents alike (:data:`UNTUNED` for a model
