@@ -60,9 +60,11 @@ def langchain_embeddings(documents: dict[str, list[float]], queries: dict[str, l
     """A LangChain ``Embeddings`` serving precomputed vectors (documents and queries apart)."""
     from langchain_core.embeddings import Embeddings
 
+    probe = [0.0] * len(next(iter(documents.values())))  # langchain-qdrant embeds "dummy_text" for the size
+
     class Cached(Embeddings):
         def embed_documents(self, texts: list[str]) -> list[list[float]]:
-            return [documents[t] for t in texts]
+            return [documents.get(t, probe) for t in texts]
 
         def embed_query(self, text: str) -> list[float]:
             return queries[text]
@@ -230,7 +232,9 @@ def main() -> None:
         query_vectors = _lookup(list(queries.values()), vectors["queries-test"])
         dense_only = {
             qid: [doc_ids[i] for i in np.argsort(-row, kind="stable")[:K]]
-            for qid, row in zip(queries, vectors["queries-test"] @ vectors["docs"].T, strict=True)
+            for qid, row in zip(
+                queries, _unit(vectors["queries-test"]) @ _unit(vectors["docs"]).T, strict=True
+            )
         }
         run("dense alone", name, lambda r: r, dense_only)
         run(
