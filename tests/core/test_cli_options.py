@@ -59,9 +59,8 @@ def test_help_lists_every_option_with_its_field_description(command):
         if command == "fit" and name == "postprocess":
             continue
         assert "--" + name.replace("_", "-") in result.output, name
-    opening = " ".join(
-        field_descriptions()["lexical"].split()[:6]
-    )  # the field's docstring, as typer shows it
+    # the field's docstring, as typer shows it
+    opening = " ".join(field_descriptions()["lexical"].split()[:6])
     assert opening and opening in " ".join(result.output.split()), opening
 
 

@@ -52,6 +52,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from valuelens.config import LEXICAL_LANGUAGES
 from valuelens.errors import ConfigError
 
 __all__ = [
@@ -108,40 +109,7 @@ STOP_WORDS: dict[str, frozenset[str]] = {
     )
 }
 #: The languages with a Snowball stemmer (``snowballstemmer``); stop words are dropped for English only.
-LANGUAGES = [
-    "arabic",
-    "armenian",
-    "basque",
-    "catalan",
-    "czech",
-    "danish",
-    "dutch",
-    "english",
-    "esperanto",
-    "estonian",
-    "finnish",
-    "french",
-    "german",
-    "greek",
-    "hindi",
-    "hungarian",
-    "indonesian",
-    "irish",
-    "italian",
-    "lithuanian",
-    "nepali",
-    "norwegian",
-    "porter",
-    "portuguese",
-    "romanian",
-    "russian",
-    "serbian",
-    "spanish",
-    "swedish",
-    "tamil",
-    "turkish",
-    "yiddish",
-]
+LANGUAGES = LEXICAL_LANGUAGES
 #: The words of a text read at most (a lookup each, not a forward pass): longer texts are cut here.
 MAX_TERMS = 8192
 #: The average text length in words (after stop words) assumed when no corpus gives one.

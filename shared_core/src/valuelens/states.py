@@ -31,11 +31,11 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import platformdirs
 import torch
@@ -164,6 +164,21 @@ def fingerprint(model: nn.Module, source: str, spec: Mapping[str, Any]) -> str:
     return digest.hexdigest()[:24]
 
 
+S = TypeVar("S")
+
+
+def cached_state(file: Path, load: Callable[[Path], S], what: str) -> S | None:
+    """``load(file)`` when the cache holds ``file``; ``None`` when it does not, or when the file cannot be
+    used (unreadable, an older layout: logged, and the caller builds the state again)."""
+    if not file.is_file():
+        return None
+    try:
+        return load(file)
+    except ConfigError as exc:
+        logger.warning("%s %s cannot be used (%s); building it again", what, file, exc)
+        return None
+
+
 def cache_state(state: Any, file: Path, what: str) -> None:
     """``state.save(file)`` into the cache; a read-only cache is logged (the state is used, and fitted
     again at the next load), never raised."""
@@ -186,11 +201,9 @@ def fitted_postprocess(config: EncoderConfig, raw: RawEncoder, model: nn.Module)
     texts, source = fit_corpus(request)
     spec = {k: v for k, v in config.to_dict().items() if k not in STATE_FREE_FIELDS and k != "postprocess"}
     file = cache_folder() / f"{fingerprint(model, source, spec)}.safetensors"
-    if file.is_file():
-        try:
-            return load_postprocess(str(file), config)
-        except ConfigError as exc:  # unreadable or from an older layout: fitted again below
-            logger.warning("fitted state %s cannot be used (%s); fitting it again", file, exc)
+    cached = cached_state(file, lambda path: load_postprocess(str(path), config), "fitted state")
+    if cached is not None:
+        return cached
     logger.warning(
         "postprocess=%r: fitting %s on %s once for %s (cached in %s; postprocess=None turns it off)",
         reference,
@@ -229,11 +242,9 @@ def lexical_state(
         source = f"{word_frequency.source()} and {source}"
     key = fingerprint(model, source, {"lexical_state": STATE_VERSION, "floor": FLOOR})
     file = cache_folder() / f"lexical-{key}.safetensors"
-    if file.is_file():
-        try:
-            return LexicalState.load(file)
-        except ConfigError as exc:
-            logger.warning("lexical state %s cannot be used (%s); fitting it again", file, exc)
+    cached_lexical = cached_state(file, LexicalState.load, "lexical state")
+    if cached_lexical is not None:
+        return cached_lexical
     logger.info(
         "lexical part: fitting idf on %s for %s (cached in %s)", source, name or "the model", file.parent
     )
@@ -259,11 +270,9 @@ def bm25_state(language: str = "english", corpus: str | None = None) -> BM25Stat
         texts, source = corpus_texts(Path(corpus).expanduser(), option="lexical_corpus")
     key = hashlib.sha256(json.dumps([BM25_VERSION, language, source]).encode()).hexdigest()[:24]
     file = cache_folder() / f"bm25-{key}.safetensors"
-    if file.is_file():
-        try:
-            return BM25State.load(file)
-        except ConfigError as exc:
-            logger.warning("BM25 state %s cannot be used (%s); counting it again", file, exc)
+    cached_bm25 = cached_state(file, BM25State.load, "BM25 state")
+    if cached_bm25 is not None:
+        return cached_bm25
     logger.info("lexical part: BM25 statistics (%s) from %s (cached in %s)", language, source, file.parent)
     state = (
         BM25State.fit(analyzer, texts) if corpus is not None else BM25State.from_word_frequencies(analyzer)
