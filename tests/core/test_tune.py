@@ -130,7 +130,6 @@ def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
     encoder gives; a preset under a prompt the quick mode does not cache (``generic``) is embedded, and
     so is one whose real embeddings disagree with the cache's (here: a threshold no cosine reaches)."""
     from valuelens.loading import load_model
-    from valuelens.states import lexical_lens
     from valuelens.tuning import run as tuning
 
     result = tune(
@@ -153,7 +152,7 @@ def test_compared_presets_are_scored_from_the_cache_where_it_holds_them(
         tmp_path / "t" / "cache", data, model_name=tiny_checkpoint, model_key=KEY, max_length=512
     )
     net, tokenizer = load_model(tiny_checkpoint)
-    scorer = Scorer(cache, data, lexical={"embeddings": lexical_lens(net, tokenizer)})
+    scorer = Scorer(cache, data, lexical=tuning.lexical_lenses(net, tokenizer))  # the rule's BM25 part too
     real = tuning.dev_scores("untuned", tiny_checkpoint, net, tokenizer, scorer, KEY, None)
     assert real["scored"] == "encoder"
     assert cached["sts"] == pytest.approx(real["sts"], abs=1.0)

@@ -73,6 +73,15 @@ class TuneResult:
     seconds: dict[str, float]
 
 
+def lexical_lenses(model: Any, tokenizer: Any) -> dict[str, LexicalLens | BM25Lens]:
+    """Both kinds of lexical part at their default statistics, as the search scores them and as a preset
+    refits them at load: BM25 from word frequencies, the input embeddings' idf."""
+    return {
+        "bm25": bm25_lens(EncoderConfig(lexical=0.1)),
+        "embeddings": lexical_lens(model, tokenizer),
+    }
+
+
 def tune(
     model: str | os.PathLike[str] | None,
     output: str | os.PathLike[str],
@@ -152,16 +161,7 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    # the default idf: the preset refits the same state at load
-    # both kinds of lexical part at their defaults (BM25 from word frequencies, the input embeddings' idf)
-    lenses: dict[str, LexicalLens | BM25Lens] = (
-        {
-            "bm25": bm25_lens(EncoderConfig(lexical=0.1)),
-            "embeddings": lexical_lens(probe.model, probe.tokenizer),
-        }
-        if lexical
-        else {}
-    )
+    lenses = lexical_lenses(probe.model, probe.tokenizer) if lexical else {}
     scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lenses)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
