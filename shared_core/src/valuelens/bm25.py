@@ -52,12 +52,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from valuelens.config import LEXICAL_LANGUAGES
+from valuelens.config import LEXICAL_LANGUAGES, EncoderConfig
 from valuelens.errors import ConfigError
 
 __all__ = [
     "AVERAGE_LENGTH",
-    "LANGUAGES",
     "MAX_TERMS",
     "STOP_WORDS",
     "Analyzer",
@@ -108,8 +107,6 @@ STOP_WORDS: dict[str, frozenset[str]] = {
         ]
     )
 }
-#: The languages with a Snowball stemmer (``snowballstemmer``); stop words are dropped for English only.
-LANGUAGES = LEXICAL_LANGUAGES
 #: The words of a text read at most (a lookup each, not a forward pass): longer texts are cut here.
 MAX_TERMS = 8192
 #: The average text length in words (after stop words) assumed when no corpus gives one.
@@ -141,8 +138,8 @@ class Analyzer:
     language: str = "english"
 
     def __post_init__(self) -> None:
-        if self.language not in LANGUAGES:
-            msg = f"lexical_language must be one of {', '.join(LANGUAGES)} (a Snowball stemmer), got {self.language!r}"
+        if self.language not in LEXICAL_LANGUAGES:
+            msg = f"lexical_language must be one of {', '.join(LEXICAL_LANGUAGES)} (a Snowball stemmer), got {self.language!r}"
             raise ConfigError(msg)
 
     @property
@@ -302,7 +299,13 @@ class BM25Lens:
     """
 
     def __init__(
-        self, state: BM25State, *, dim: int = 8192, k1: float = 1.5, b: float = 0.75, hashes: int = HASHES
+        self,
+        state: BM25State,
+        *,
+        dim: int = EncoderConfig.lexical_dim,
+        k1: float = EncoderConfig.lexical_k1,
+        b: float = EncoderConfig.lexical_b,
+        hashes: int = HASHES,
     ) -> None:
         self.state = state
         self.hashes = hashes
