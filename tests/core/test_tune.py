@@ -321,8 +321,10 @@ def test_bad_options_fail_before_any_model_loads(tiny_checkpoint, tiny_data_dir,
 def test_a_corpus_of_ones_own_is_what_the_state_is_fitted_on(tiny_checkpoint, tiny_data_dir, tmp_path):
     texts = [f"note {i}: the cat sat on the mat near the park" for i in range(40)]
     (tmp_path / "mine.txt").write_text("\n".join(texts) + "\n\n")
-    data = TuneData.build("quick", corpus=tmp_path / "mine.txt", data_dir=tiny_data_dir)
+    dev = [tiny_data_dir / "stsb", tiny_data_dir / "scifact"]  # labelled sets of one's own: --dev
+    data = TuneData.build("quick", corpus=tmp_path / "mine.txt", dev=dev, data_dir=tiny_data_dir)
     assert data.fit_texts == tuple(texts) and data.fit_source == "40 texts of mine.txt"
+    assert data.sts_name == "stsb (dev)" and data.retrieval_name == "scifact (test)"
 
 
 def test_the_command_line(tiny_checkpoint, tiny_data_dir, tmp_path):

@@ -407,3 +407,35 @@ def test_a_tuned_preset_folder(tiny_checkpoint: str, tuned_folder) -> None:
     np.testing.assert_allclose(
         emb.embed_query(CORPUS[0]), reference.encode(CORPUS[0], normalize=True), atol=1e-5
     )
+
+
+def test_documents_in_hand_to_a_tuned_preset_to_a_retriever(
+    tiny_model_dir: str, tmp_path, monkeypatch
+) -> None:
+    """The documented short path: LangChain documents → ``tune(corpus=docs)`` (no labels) → a preset folder
+    → ``ValueLensEmbeddings(preset=DIR)`` → a vector store that finds a document by its own words."""
+    from langchain_core.documents import Document
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from valuelens.tuning import tune
+
+    monkeypatch.setattr("valuelens.tuning.data.default_data_dir", lambda: None)
+    docs = [
+        Document(
+            page_content=f"Entry {i} of the log. {CORPUS[i % 8]} {CORPUS[(i + 3) % 8]}", metadata={"i": i}
+        )
+        for i in range(24)
+    ]
+    folder = tune(
+        tiny_model_dir, tmp_path / "tuned", corpus=docs, pseudo_queries=10, show_progress=False
+    ).folder
+    embeddings = ValueLensEmbeddings(model=tiny_model_dir, device="cpu", preset=str(folder))
+    store = InMemoryVectorStore.from_documents(docs, embeddings)
+    reference = valuelens.Encoder.from_pretrained(tiny_model_dir, device="cpu", preset=str(folder))
+    np.testing.assert_allclose(
+        embeddings.embed_query(docs[5].page_content),
+        reference.encode_query([docs[5].page_content], normalize=True)[0],
+        atol=1e-5,
+    )
+    hits = store.similarity_search(docs[5].page_content, k=3)
+    assert len(hits) == 3 and all(hit.metadata["i"] in range(24) for hit in hits)

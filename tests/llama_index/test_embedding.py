@@ -473,3 +473,27 @@ def test_a_tuned_preset_folder(tiny_checkpoint: str, tuned_folder: Path) -> None
     np.testing.assert_allclose(
         emb.get_query_embedding(CORPUS[1]), reference.encode(CORPUS[1], normalize=True), atol=1e-5
     )
+
+
+def test_documents_in_hand_to_a_tuned_preset_to_an_index(tiny_model_dir: Path, tmp_path, monkeypatch) -> None:
+    """The documented short path: LlamaIndex documents → ``tune(corpus=docs)`` (no labels) → a preset
+    folder → ``ValueLensEmbedding(preset=DIR)`` → a ``VectorStoreIndex`` whose retriever answers."""
+    from llama_index.core import Document, VectorStoreIndex
+
+    from valuelens.tuning import tune
+
+    monkeypatch.setattr("valuelens.tuning.data.default_data_dir", lambda: None)
+    docs = [Document(text=f"Entry {i} of the log. {CORPUS[i % 8]} {CORPUS[(i + 3) % 8]}") for i in range(24)]
+    folder = tune(
+        str(tiny_model_dir), tmp_path / "tuned", corpus=docs, pseudo_queries=10, show_progress=False
+    ).folder
+    embedding = ValueLensEmbedding(model_name=str(tiny_model_dir), device="cpu", preset=str(folder))
+    reference = valuelens.Encoder.from_pretrained(str(tiny_model_dir), device="cpu", preset=str(folder))
+    np.testing.assert_allclose(
+        embedding.get_query_embedding(docs[5].text),
+        reference.encode_query([docs[5].text], normalize=True)[0],
+        atol=1e-5,
+    )
+    index = VectorStoreIndex.from_documents(docs, embed_model=embedding)
+    hits = index.as_retriever(similarity_top_k=3).retrieve(docs[5].text)
+    assert len(hits) == 3 and all(hit.node.get_content() in {d.text for d in docs} for hit in hits)

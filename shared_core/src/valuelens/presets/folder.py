@@ -116,6 +116,13 @@ class PresetFolder:
                 msg = f"preset folder {str(self.path)!r} names the state {fields['postprocess']!r}, which is not in it"
                 raise ConfigError(msg)
             fields["postprocess"] = str(path)
+        lexical = fields.get("lexical_corpus")
+        if isinstance(lexical, str) and not Path(lexical).expanduser().is_absolute():
+            inside = self.path / lexical
+            if not inside.is_file():
+                msg = f"preset folder {str(self.path)!r} names the lexical statistics {lexical!r}, which are not in it"
+                raise ConfigError(msg)
+            fields["lexical_corpus"] = str(inside)
         return fields
 
     def state_file(self) -> Path | None:

@@ -3,15 +3,18 @@
 Usage::
 
     from valuelens.tuning import tune
-    result = tune("smollm2-135m", "tuned/smollm2", objective="balanced", mode="quick")
+    result = tune("./my-model", "tuned/mine", corpus="my_docs/")     # label-free: your documents only
+    result = tune("./my-model", "tuned/mine", dev=["my_beir/"])      # labelled data of yours
+    result = tune("smollm2-135m", "tuned/smollm2", objective="balanced", mode="quick")  # this repository
     enc = Encoder.from_pretrained("smollm2-135m", preset="tuned/smollm2")
 
 One forward pass per dev text and prompt captures every candidate readout at every layer
 (:mod:`~valuelens.tuning.cache`); everything else — recipe family, layer band, prompt, ``drop_prefix``,
 EmbedFilter, a fusion of two readouts with its weight, post-processing fitted on unlabeled text, a
 query side, a lexical part read from the input embeddings with its document and query weights — is
-scored offline from that cache (:mod:`~valuelens.tuning.search`) on STS-B dev and SciFact's dev split
-(:mod:`~valuelens.tuning.data`). The winner is checked against the real encoder, then written as
+scored offline from that cache (:mod:`~valuelens.tuning.search`) on dev data (:mod:`~valuelens.tuning.data`):
+pseudo-queries made from the user's documents (:mod:`~valuelens.tuning.pseudo`), labelled sets of theirs,
+or, in this repository, STS-B dev and SciFact's dev split. The winner is checked against the real encoder, then written as
 ``DIR/preset.json`` (:mod:`valuelens.presets.folder`), ``DIR/state.safetensors`` (its fitted
 post-processing, if any), ``DIR/report.md`` and ``DIR/candidates.jsonl`` (every candidate's dev scores,
 :mod:`~valuelens.tuning.report`). The cache (``DIR/cache``) makes an interrupted run resumable; it is

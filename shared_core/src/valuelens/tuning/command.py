@@ -2,8 +2,9 @@
 
 Usage::
 
-    valuelens tune smollm2-135m -o tuned/smollm2                 # quick mode, balanced objective
-    valuelens tune ./my-model -o tuned/mine --objective retrieval --corpus my_docs.txt --mode full
+    valuelens tune ./my-model -o tuned/mine --corpus my_docs/       # label-free: your documents only
+    valuelens tune ./my-model -o tuned/mine --dev my_beir_folder/ --dev pairs.tsv   # labelled data of yours
+    valuelens tune smollm2-135m -o tuned/smollm2                 # this repository: STS-B dev, SciFact dev
     valuelens tune smollm2-135m -o tuned/smollm2-sts --objective sts --cache tuned/cache   # reuse passes
     valuelens embed docs.txt -o vectors.parquet --model ./my-model --preset tuned/mine
 """
@@ -59,7 +60,26 @@ def tune_command(
     corpus: Annotated[
         Path | None,
         typer.Option(
-            help="Unlabeled texts of your own to fit post-processing on (.txt, one per line, or .jsonl with 'text')."
+            help="Your documents (.txt one per line; .jsonl/.csv/.parquet with 'text'; a folder of them). No labels needed: without --dev, tune makes pseudo-queries from them and scores candidates on finding their passages. They also fit the post-processing and count the BM25 statistics."
+        ),
+    ] = None,
+    dev: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Labelled dev data of yours, repeatable: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/dev.tsv) and/or STS pairs (.jsonl with sentence1/sentence2/score, .tsv, or a folder of <split>.jsonl)."
+        ),
+    ] = None,
+    queries: Annotated[
+        str,
+        typer.Option(
+            help="How pseudo-queries are made from --corpus: generate (the model writes one per passage through its chat template), cloze (a sentence taken out of its passage), auto (generate if the model has a chat template)."
+        ),
+    ] = "auto",
+    pseudo_queries: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="How many pseudo-queries to make from --corpus (quick: 100; full: 300): the budget of generation.",
         ),
     ] = None,
     distractors: Annotated[
@@ -101,7 +121,8 @@ def tune_command(
     *,
     spec: SpecFields,
 ) -> None:
-    """Tune a preset for MODEL on dev data (STS-B dev, SciFact's dev split) and write it to OUT.
+    """Tune a preset for MODEL and write it to OUT: on your documents alone (--corpus, no labels), on labelled
+    data of yours (--dev), or in this repository on STS-B dev and SciFact's dev split.
 
     One forward pass per text and prompt; every recipe, layer band, EmbedFilter, fusion,
     post-processing, query side and lexical part is scored offline. Use the folder with --preset OUT (or preset="OUT")."""
@@ -116,6 +137,9 @@ def tune_command(
             objective=objective,  # type: ignore[arg-type]
             mode=mode,  # type: ignore[arg-type]
             corpus=corpus,
+            dev=tuple(dev or ()),
+            queries=queries,  # type: ignore[arg-type]
+            pseudo_queries=pseudo_queries,
             distractors=distractors,
             compare=tuple(compare or ()),
             max_length=spec["max_length"],
@@ -129,15 +153,23 @@ def tune_command(
     except (ValueLensError, ValueError, OSError) as exc:
         raise fail(exc) from None
     best = result.best
+    names = result.score_names
+
+    def scores_text(sts: float, retrieval: float, value: float) -> str:
+        parts = [
+            f"{n} {x:.2f}" for n, x in zip(names, (sts, retrieval), strict=True) if x == x
+        ]  # nan: absent
+        return ", ".join([*parts, f"{objective} {value:.2f}"])
+
+    if result.dev_source not in ("", "project"):
+        typer.echo(f"dev data: {result.dev_source}")
     typer.echo(
-        f"wrote {result.folder} ({best.candidate.label()}): STS-B dev {best.sts:.2f}, "
-        f"SciFact dev nDCG@10 {best.retrieval:.2f}, {objective} {best.objective:.2f}, "
+        f"wrote {result.folder} ({best.candidate.label()}): {scores_text(best.sts, best.retrieval, best.objective)}, "
         f"{result.seconds['total']:.0f} s; report: {result.folder / 'report.md'}"
     )
     for name, scores in result.references.items():
         typer.echo(
-            f"  preset {name}: STS-B dev {scores['sts']:.2f}, SciFact dev nDCG@10 {scores['retrieval']:.2f}, "
-            f"{objective} {scores['objective']:.2f} "
+            f"  preset {name}: {scores_text(scores['sts'], scores['retrieval'], scores['objective'])} "
             f"({'from the cache' if scores.get('scored') == 'cache' else 'embedded'})"
         )
     typer.echo(f'use it: --preset {result.folder}  (or preset="{result.folder}")')

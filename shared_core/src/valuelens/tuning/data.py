@@ -2,25 +2,35 @@
 
 Usage::
 
-    data = TuneData.build(mode="quick")            # STS-B dev sample, SciFact dev split, fitting text
+    data = TuneData.build(corpus="my_docs/")                 # label-free: pseudo-queries from your documents
+    data = TuneData.build(dev=["my_beir/", "pairs.tsv"])       # labelled data of yours
+    data = TuneData.build(mode="quick")                        # this repository: STS-B dev, SciFact dev
     data.sts.texts, data.retrieval.queries, data.fit_texts
 
-Dev splits only: STS-B ``dev`` (a seeded sample of pairs in quick mode), and SciFact's carved ``dev``
-split (:data:`valuelens.evaluation.tasks.CARVED_DEV_QUERIES` seeded queries; its other 200 queries are
-the ``test`` split results are reported on). Quick mode ranks the dev queries' documents among the
-relevant documents of those queries plus a seeded sample of the others (the distractors: 200, or
-``distractors=N``); full mode over the whole corpus.
-The ``sts`` objective reads every STS-B dev pair in either mode (:func:`sizes`).
-The fitting text is unlabeled: STS-B ``train`` sentences and SciFact documents outside the dev corpus
-(seeded), or the user's own corpus.
+Where the dev data comes from (:func:`read_sources`, checked before any model loads):
+
+- ``dev``: the user's labelled sets (:func:`read_dev`: a BEIR folder, STS pairs); the fitting text is
+  ``corpus`` when given, else the dev sets' own texts;
+- ``corpus`` alone: a retrieval dev set made from the documents (:mod:`valuelens.tuning.pseudo`), which
+  also give the fitting text and the BM25 statistics; no STS pairs, so the objective is retrieval;
+- neither: the project's data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``), dev splits
+  only: STS-B ``dev`` (a seeded sample of pairs in quick mode) and SciFact's carved ``dev`` split
+  (:data:`valuelens.evaluation.tasks.CARVED_DEV_QUERIES` seeded queries; its other 200 queries are the
+  ``test`` split results are reported on). Quick mode ranks the dev queries' documents among the relevant
+  documents of those queries plus a seeded sample of the others (the distractors: 200, or
+  ``distractors=N``); full mode over the whole corpus. The ``sts`` objective reads every STS-B dev pair in
+  either mode (:func:`sizes`). The fitting text: STS-B ``train`` sentences and SciFact documents outside
+  the dev corpus (seeded);
+- none of them (an installed package, no data folder): ``ConfigError`` naming ``--corpus`` and ``--dev``.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,9 +38,20 @@ from typing import Any, Literal
 import numpy as np
 
 from valuelens.errors import ConfigError
-from valuelens.evaluation.tasks import SEED, PairData, RetrievalData, find_set, load_task, read_jsonl
+from valuelens.evaluation.tasks import (
+    SEED,
+    PairData,
+    RetrievalData,
+    default_data_dir,
+    find_set,
+    load_task,
+    read_jsonl,
+)
+from valuelens.io import unlabeled_texts
+from valuelens.tuning.pseudo import MIN_DOCUMENTS, PseudoDevSet, pseudo_dev_set
 
 __all__ = [
+    "DEV_SPLITS",
     "MODES",
     "OBJECTIVES",
     "OBJECTIVE_MEANING",
@@ -38,9 +59,13 @@ __all__ = [
     "Objective",
     "PairSet",
     "RetrievalSet",
+    "Sources",
     "TuneData",
     "read_corpus",
+    "read_dev",
+    "read_sources",
     "sizes",
+    "texts_of",
 ]
 
 Mode = Literal["quick", "full"]
@@ -121,34 +146,201 @@ def _sample(items: Sequence[str], n: int | None, seed: int = SEED) -> list[str]:
     return [items[i] for i in keep]
 
 
-def read_corpus(path: str | os.PathLike[str], limit: int | None, *, option: str = "--corpus") -> list[str]:
-    """Unlabeled texts of the user's own: a ``.jsonl`` file (the ``text`` field of each line) or a text
-    file (one per line); blank lines skipped, duplicates kept once, a seeded sample of ``limit``.
-    ``option`` names where the path came from in an error."""
-    file = Path(path)
-    if not file.is_file():
-        msg = f"{option} {str(file)!r} is not a file (give a .txt with one text per line, or a .jsonl with a 'text' field)"
-        raise ConfigError(msg)
-    if file.suffix in (".jsonl", ".gz"):
-        texts = [str(r.get("text", "")) for r in read_jsonl(file)]
+def texts_of(items: Iterable[Any], *, option: str = "corpus") -> list[str]:
+    """The texts of ``items``: strings, LangChain ``Document``s (``page_content``) or LlamaIndex nodes and
+    documents (``get_content()``), in order; ``ConfigError`` naming the first item that is none of them."""
+    texts = []
+    for n, item in enumerate(items):
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(getattr(item, "page_content", None), str):
+            texts.append(item.page_content)
+        elif callable(getattr(item, "get_content", None)):
+            texts.append(str(item.get_content()))
+        else:
+            msg = f"{option}[{n}] is a {type(item).__name__}: give strings, LangChain Documents or LlamaIndex documents"
+            raise ConfigError(msg)
+    return texts
+
+
+def read_corpus(
+    corpus: str | os.PathLike[str] | Sequence[Any], limit: int | None = None, *, option: str = "--corpus"
+) -> tuple[list[str], str]:
+    """The user's documents and a name for them: a file (.txt, one per line; .jsonl / .csv / .parquet with
+    a ``text`` field; gzipped), a folder of them (:func:`valuelens.io.unlabeled_texts`) or, from Python, a
+    list (:func:`texts_of`). Blank texts skipped, duplicates kept once, a seeded sample of ``limit``;
+    ``ConfigError`` (naming ``option``) when fewer than :data:`~valuelens.tuning.pseudo.MIN_DOCUMENTS`
+    distinct texts remain."""
+    if isinstance(corpus, (str, os.PathLike)):
+        path = Path(corpus).expanduser()
+        if not path.exists():
+            msg = f"{option} {str(path)!r} does not exist (give a .txt with one text per line, a .jsonl / .csv / .parquet with a 'text' field, or a folder of them)"
+            raise ConfigError(msg)
+        texts, name = unlabeled_texts(path), path.name
     else:
-        texts = file.read_text(encoding="utf-8").splitlines()
-    texts = list(dict.fromkeys(t.strip() for t in texts if t.strip()))
-    if len(texts) < 10:
-        msg = f"{option} {str(file)!r} holds {len(texts)} distinct non-empty texts: at least 10 are needed to fit on"
+        texts, name = texts_of(corpus, option=option), f"{len(corpus)} documents given"
+    texts = list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
+    if len(texts) < MIN_DOCUMENTS:
+        msg = f"{option} {name!r} holds {len(texts)} distinct non-empty texts: at least {MIN_DOCUMENTS} are needed"
         raise ConfigError(msg)
-    return _sample(texts, limit)
+    return _sample(texts, limit), name
+
+
+#: Split names a labelled ``--dev`` folder is read from, in order of preference.
+DEV_SPLITS = ("dev", "validation", "train", "test")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a run reads, checked before any model loads (:func:`read_sources`): the user's ``corpus``
+    (documents, or ``None``) and labelled ``dev`` sets; ``kind`` says where the dev data comes from
+    (``project``: this repository's STS-B and SciFact; ``labelled``: ``--dev``; ``corpus``: pseudo-queries
+    made from the corpus)."""
+
+    kind: Literal["project", "labelled", "corpus"]
+    corpus: tuple[str, ...] | None
+    corpus_name: str
+    sts: tuple[PairData, str] | None
+    retrieval: tuple[RetrievalData, str] | None
+
+
+def read_dev(
+    path: str | os.PathLike[str],
+) -> tuple[Literal["sts", "retrieval"], PairData | RetrievalData, str]:
+    """A labelled dev set of the user's: a BEIR / MTEB folder (``corpus.jsonl``, ``queries.jsonl``,
+    ``qrels/<split>.tsv`` or ``qrels.tsv``), a folder of STS pairs (``<split>.jsonl`` with ``sentence1``,
+    ``sentence2``, ``score``), or one file of STS pairs (that ``.jsonl``, or a ``.tsv`` / ``.csv`` of
+    sentence1, sentence2, score, a header row optional). A folder is read at its first split of
+    :data:`DEV_SPLITS`. Returns the kind, the data and a name for reports."""
+    file = Path(path).expanduser()
+    if file.is_file():
+        return "sts", _read_pair_file(file), f"pairs of {file.name}"
+    if not file.is_dir():
+        msg = (
+            f"--dev {str(file)!r} is neither a file nor a folder: give a BEIR folder (corpus.jsonl, "
+            "queries.jsonl, qrels/dev.tsv) or STS pairs (.jsonl with sentence1/sentence2/score, or .tsv)"
+        )
+        raise ConfigError(msg)
+    try:
+        task = load_task(file)
+    except ValueError as exc:
+        raise ConfigError(f"--dev {str(file)!r}: {exc}") from None
+    if task.kind not in ("sts", "retrieval"):
+        msg = f"--dev {str(file)!r} holds {task.kind} data: give retrieval (BEIR) or STS pairs"
+        raise ConfigError(msg)
+    split = next((s for s in DEV_SPLITS if s in task.splits), task.splits[0])
+    data = task.load(split)
+    assert isinstance(data, (PairData, RetrievalData))
+    return task.kind, data, f"{file.name} ({split})"
+
+
+def _read_pair_file(file: Path) -> PairData:
+    rows: list[tuple[str, str, float]] = []
+    if file.name.endswith((".jsonl", ".jsonl.gz")):
+        for n, record in enumerate(read_jsonl(file)):
+            try:
+                rows.append((str(record["sentence1"]), str(record["sentence2"]), float(record["score"])))
+            except (KeyError, TypeError, ValueError):
+                msg = f"--dev {str(file)!r} line {n + 1}: expected sentence1, sentence2 and a numeric score"
+                raise ConfigError(msg) from None
+    else:
+        delimiter = "," if file.suffix == ".csv" else "\t"
+        with open(file, encoding="utf-8", errors="replace", newline="") as handle:
+            for n, row in enumerate(csv.reader(handle, delimiter=delimiter)):
+                if not row:
+                    continue
+                try:
+                    rows.append((row[0], row[1], float(row[2])))
+                except (IndexError, ValueError):
+                    if n == 0:
+                        continue  # a header row
+                    msg = f"--dev {str(file)!r} row {n + 1}: expected sentence1, sentence2, score"
+                    raise ConfigError(msg) from None
+    if len(rows) < 3:
+        msg = f"--dev {str(file)!r} holds {len(rows)} scored pairs: at least 3 are needed for a Spearman correlation"
+        raise ConfigError(msg)
+    return PairData(
+        tuple(r[0] for r in rows), tuple(r[1] for r in rows), tuple(r[2] for r in rows), subsampled=False
+    )
+
+
+def read_sources(
+    *,
+    objective: Objective,
+    corpus: str | os.PathLike[str] | Sequence[Any] | None,
+    dev: Sequence[str | os.PathLike[str]],
+    data_dir: str | os.PathLike[str] | None,
+) -> Sources:
+    """Check and read what a run will tune on (see :class:`Sources`); ``ConfigError`` with what to give
+    when there is nothing to tune on, or when the objective asks for data the run lacks."""
+    texts, name = (None, "") if corpus is None else read_corpus(corpus)
+    sts: tuple[PairData, str] | None = None
+    retrieval: tuple[RetrievalData, str] | None = None
+    for path in dev:
+        _, data, label = read_dev(path)
+        if isinstance(data, PairData):
+            if sts is not None:
+                raise ConfigError(f"--dev: two sets of STS pairs ({sts[1]}, {label}): give one")
+            sts = (data, label)
+        else:
+            if retrieval is not None:
+                raise ConfigError(f"--dev: two retrieval sets ({retrieval[1]}, {label}): give one")
+            retrieval = (data, label)
+    kind: Literal["project", "labelled", "corpus"]
+    if dev:
+        kind = "labelled"
+    elif texts is not None:
+        kind = "corpus"
+    elif default_data_dir() is not None or data_dir is not None:
+        kind = "project"
+    else:
+        msg = (
+            "nothing to tune on: give your documents with --corpus DOCS (no labels needed: tune makes "
+            "pseudo-queries from them) and/or labelled data with --dev (a BEIR folder or STS pairs)"
+        )
+        raise ConfigError(msg)
+    has_sts = kind == "project" or sts is not None
+    has_retrieval = kind in ("project", "corpus") or retrieval is not None
+    if objective == "sts" and not has_sts:
+        msg = "objective 'sts' needs scored sentence pairs: give them with --dev PAIRS.jsonl (sentence1, sentence2, score)"
+        raise ConfigError(msg)
+    if objective == "retrieval" and not has_retrieval:
+        msg = "objective 'retrieval' needs queries and documents: give --corpus DOCS or a BEIR folder with --dev"
+        raise ConfigError(msg)
+    return Sources(kind, None if texts is None else tuple(texts), name, sts, retrieval)
+
+
+def _retrieval_set(ret: RetrievalData, other_docs: int | None) -> RetrievalSet:
+    """The queries over their relevant documents plus ``other_docs`` seeded others (``None``: all)."""
+    relevant = sorted({d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus})
+    others = [d for d in ret.corpus if d not in set(relevant)]
+    kept = set(relevant) | set(_sample(others, other_docs))
+    doc_ids = [d for d in ret.corpus if d in kept]
+    return RetrievalSet(
+        tuple(ret.queries),
+        tuple(ret.queries.values()),
+        tuple(doc_ids),
+        tuple(ret.corpus[d] for d in doc_ids),
+        {q: dict(r) for q, r in ret.qrels.items()},
+    )
 
 
 @dataclass(frozen=True)
 class TuneData:
-    """Everything a tuning run reads (see the module docstring)."""
+    """Everything a tuning run reads (see the module docstring); ``sts_name`` and ``retrieval_name`` say
+    what the two dev sets are in reports (an empty set scores ``nan`` and counts for nothing)."""
 
     mode: Mode
     sts: PairSet
     retrieval: RetrievalSet
     fit_texts: tuple[str, ...]
     fit_source: str
+    sts_name: str = "STS-B dev"
+    retrieval_name: str = "SciFact dev"
+    dev_source: str = ""
+    """How the dev data was made (the pseudo-queries' report line for a label-free run)."""
+    lexical_texts: tuple[str, ...] = ()
+    """The user's documents, when the BM25 statistics are counted on them."""
 
     @classmethod
     def build(
@@ -156,13 +348,26 @@ class TuneData:
         mode: Mode = "quick",
         *,
         objective: Objective = "balanced",
-        corpus: str | os.PathLike[str] | None = None,
+        corpus: str | os.PathLike[str] | Sequence[Any] | None = None,
+        dev: Sequence[str | os.PathLike[str]] = (),
         distractors: int | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        sources: Sources | None = None,
+        pseudo: Callable[[Sequence[str], int], PseudoDevSet] | None = None,
     ) -> TuneData:
-        """Read the dev sets from the data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``)
-        for a run of ``mode`` and ``objective``; ``distractors``: how many SciFact documents beside the
-        dev queries' relevant ones the dev corpus holds (default: the mode's; :func:`sizes`)."""
+        """The dev sets and fitting text of a run of ``mode`` and ``objective``:
+
+        - ``dev`` given: those labelled sets (:func:`read_dev`), the fitting text from ``corpus`` or else
+          their own texts;
+        - else ``corpus`` given: pseudo-queries made from it by ``pseudo(texts, distractors)``
+          (:func:`valuelens.tuning.pseudo.pseudo_dev_set`; inverse cloze when ``None``), the fitting text and
+          BM25 statistics from it too;
+        - else the project's data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``): STS-B
+          dev and SciFact's carved dev split.
+
+        ``distractors``: documents beside the dev queries' relevant ones in the dev corpus (default: the
+        mode's, :func:`sizes`; all of a labelled folder's). ``sources``: :func:`read_sources`'s result when
+        the caller already checked them."""
         if mode not in MODES:
             msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
             raise ConfigError(msg)
@@ -170,28 +375,72 @@ class TuneData:
             msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
             raise ConfigError(msg)
         read = sizes(mode, objective, distractors)
+        if sources is None:
+            sources = read_sources(objective=objective, corpus=corpus, dev=dev, data_dir=data_dir)
+        n_fit = (read["fit_sentences"] or 0) + (read["fit_docs"] or 0)
+        if sources.kind == "project":
+            return cls._project(mode, read, sources, n_fit, data_dir)
+        if sources.kind == "labelled":
+            sts = PairSet.from_pairs(sources.sts[0]) if sources.sts else EMPTY_PAIRS
+            retrieval = (
+                _retrieval_set(sources.retrieval[0], distractors) if sources.retrieval else EMPTY_RETRIEVAL
+            )
+            if sources.corpus is not None:
+                fit = _sample(list(sources.corpus), n_fit)
+                source = f"{len(fit)} texts of {sources.corpus_name}"
+            else:
+                fit = _sample(list(dict.fromkeys([*sts.texts, *retrieval.docs])), n_fit)
+                source = f"{len(fit)} texts of the dev sets"
+            return cls(
+                mode,
+                sts,
+                retrieval,
+                tuple(fit),
+                source,
+                sts_name=sources.sts[1] if sources.sts else "no STS pairs",
+                retrieval_name=sources.retrieval[1] if sources.retrieval else "no retrieval set",
+                dev_source="labelled: " + ", ".join(s[1] for s in (sources.sts, sources.retrieval) if s),
+                lexical_texts=sources.corpus or (),
+            )
+        assert sources.corpus is not None
+        texts = list(sources.corpus)
+        other = read["other_docs"] if distractors is None else distractors
+        made = (
+            pseudo(texts, 200 if other is None else other)
+            if pseudo
+            else pseudo_dev_set(texts, method="cloze", distractors=200 if other is None else other)
+        )
+        retrieval = RetrievalSet(made.query_ids, made.queries, made.doc_ids, made.docs, made.qrels)
+        fit = _sample(texts, n_fit)
+        return cls(
+            mode,
+            EMPTY_PAIRS,
+            retrieval,
+            tuple(fit),
+            f"{len(fit)} texts of {sources.corpus_name}",
+            sts_name="no STS pairs",
+            retrieval_name=f"pseudo-queries ({made.method}) of {sources.corpus_name}",
+            dev_source=made.report(),
+            lexical_texts=tuple(texts),
+        )
+
+    @classmethod
+    def _project(
+        cls,
+        mode: Mode,
+        read: dict[str, int | None],
+        sources: Sources,
+        n_fit: int,
+        data_dir: str | os.PathLike[str] | None,
+    ) -> TuneData:
+        """STS-B dev and SciFact's carved dev split from the project's data folder."""
         sts_data = load_task("stsb", data_dir).load("dev", limit=read["sts_pairs"])
         assert isinstance(sts_data, PairData)
         ret = load_task("scifact", data_dir).load("dev")
         assert isinstance(ret, RetrievalData)
-        relevant = sorted({d for q in ret.qrels.values() for d, r in q.items() if r > 0 and d in ret.corpus})
-        others = [d for d in ret.corpus if d not in set(relevant)]
-        kept_others = _sample(others, read["other_docs"])
-        doc_ids = [d for d in ret.corpus if d in set(relevant) | set(kept_others)]
-        retrieval = RetrievalSet(
-            tuple(ret.queries),
-            tuple(ret.queries.values()),
-            tuple(doc_ids),
-            tuple(ret.corpus[d] for d in doc_ids),
-            {q: dict(r) for q, r in ret.qrels.items()},
-        )
-        if corpus is not None:
-            n_fit = (read["fit_sentences"] or 0) + (read["fit_docs"] or 0)
-            fit = read_corpus(corpus, n_fit)
-            source = f"{len(fit)} texts of {Path(corpus).name}"
-        else:
-            fit, source = _default_fit_texts(read, ret.corpus, set(doc_ids), data_dir)
-        return cls(mode, PairSet.from_pairs(sts_data), retrieval, tuple(fit), source)
+        retrieval = _retrieval_set(ret, read["other_docs"])
+        fit, source = _default_fit_texts(read, ret.corpus, set(retrieval.doc_ids), data_dir)
+        return cls(mode, PairSet.from_pairs(sts_data), retrieval, tuple(fit), source, dev_source="project")
 
     def fingerprints(self) -> dict[str, str]:
         """A short hash of each embedded set's texts (:meth:`sets`): a cached set is reused only for the
@@ -202,13 +451,18 @@ class TuneData:
         }
 
     def sets(self) -> dict[str, tuple[str, ...]]:
-        """The text sets embedded: ``sts``, ``queries``, ``docs``, ``fit``."""
-        return {
+        """The text sets embedded: ``sts``, ``queries``, ``docs``, ``fit`` (the empty ones left out)."""
+        sets = {
             "sts": self.sts.texts,
             "queries": self.retrieval.queries,
             "docs": self.retrieval.docs,
             "fit": self.fit_texts,
         }
+        return {name: texts for name, texts in sets.items() if texts}
+
+
+EMPTY_PAIRS = PairSet((), (), (), ())
+EMPTY_RETRIEVAL = RetrievalSet((), (), (), (), {})
 
 
 def _default_fit_texts(

@@ -7,6 +7,7 @@ Usage: ``write_report(folder, rows, references, data, prompts)`` after :func:`va
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
@@ -27,8 +28,35 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _num(value: float) -> str:
+    """A score with two decimals; ``–`` for a set the run does not have (``nan``)."""
+    return "–" if math.isnan(value) else f"{value:.2f}"
+
+
 def _line(label: str, stage: str, sts: float, retrieval: float, objective: float) -> str:
-    return f"| {_cell(label)} | {stage} | {sts:.2f} | {retrieval:.2f} | {objective:.2f} |"
+    return f"| {_cell(label)} | {stage} | {_num(sts)} | {_num(retrieval)} | {_num(objective)} |"
+
+
+def score_names(data: TuneData) -> tuple[str, str]:
+    """The two scores' column names: the STS set's Spearman and the retrieval set's nDCG@10."""
+    return data.sts_name, f"{data.retrieval_name} nDCG@10"
+
+
+def _data_line(data: TuneData) -> str:
+    """What the dev data is, in one sentence."""
+    if data.dev_source == "project":
+        return (
+            f"Dev data only: {len(data.sts.gold)} STS-B dev pairs; SciFact's carved dev split "
+            f"({len(data.retrieval.queries)} queries) over {len(data.retrieval.docs)} documents."
+        )
+    parts = []
+    if data.sts.gold:
+        parts.append(f"{len(data.sts.gold)} scored pairs ({data.sts_name})")
+    if data.retrieval.queries:
+        parts.append(
+            f"{len(data.retrieval.queries)} queries ({data.retrieval_name}) over {len(data.retrieval.docs)} documents"
+        )
+    return f"Dev data: {'; '.join(parts)} ({data.dev_source})."
 
 
 def _prompt_names(prompts: Sequence[str | None]) -> dict[str | None, str]:
@@ -50,33 +78,38 @@ def write_report(
                 "candidate": row.candidate.label(),
                 "prompt": row.candidate.prompt,
                 "stage": row.stage,
-                "sts": round(row.sts, 3),
-                "retrieval": round(row.retrieval, 3),
+                "sts": None if math.isnan(row.sts) else round(row.sts, 3),
+                "retrieval": None if math.isnan(row.retrieval) else round(row.retrieval, 3),
                 "objective": round(row.objective, 3),
                 "spec": row.candidate.fields(),
                 "postprocess": row.candidate.post,
             }
             handle.write(json.dumps(record) + "\n")
     best = rows[0]
+    sts_name, ret_name = score_names(data)
     info = folder.info
     seconds = info.get("seconds", {})
     lines = [
         f"# valuelens tune: {folder.model}",
         "",
         f"Objective `{folder.objective}` ({OBJECTIVE_MEANING.get(cast(Objective, folder.objective), '?')}, ×100), "
-        f"{info.get('mode', '?')} mode. Dev data only: {len(data.sts.gold)} STS-B dev pairs; SciFact's carved dev split "
-        f"({len(data.retrieval.queries)} queries) over {len(data.retrieval.docs)} documents. Post-processing fitted on "
+        f"{info.get('mode', '?')} mode. {_data_line(data)} Post-processing fitted on "
         f"{data.fit_source} (unlabeled). A lexical part (`+lexD/Q`: document / query weight; BM25, or "
-        "`+lex(embeddings)` for the input-embedding tf-idf) takes its statistics from English word frequencies, "
-        "as the encoder does at load.",
+        "`+lex(embeddings)` for the input-embedding tf-idf) takes its statistics from "
+        + (
+            f"the {len(data.lexical_texts)} documents given (BM25; kept in the folder)"
+            if data.lexical_texts
+            else "English word frequencies, as the encoder does at load"
+        )
+        + ".",
         "",
         'Use it: `Encoder.from_pretrained(MODEL, preset="DIR")`, `ValueLensEmbeddings(model_name=MODEL, preset="DIR")`, '
         '`ValueLensEmbedding(model_name=MODEL, preset="DIR")`, `ValuePooling(preset="DIR")`, `valuelens embed ... --preset DIR`.',
         "",
         "## Chosen",
         "",
-        f"`{best.candidate.label()}` (stage {best.stage}): STS-B dev {best.sts:.2f}, SciFact dev nDCG@10 "
-        f"{best.retrieval:.2f}, objective {best.objective:.2f}.",
+        f"`{best.candidate.label()}` (stage {best.stage}): {sts_name} {_num(best.sts)}, {ret_name} "
+        f"{_num(best.retrieval)}, objective {_num(best.objective)}.",
         "",
         "```json",
         json.dumps(folder.spec, indent=1),
@@ -109,7 +142,7 @@ def write_report(
             "",
         ]
         lines += [
-            "| preset | STS-B dev | SciFact dev nDCG@10 | objective | scored |",
+            f"| preset | {sts_name} | {ret_name} | objective | scored |",
             "|---|---:|---:|---:|---|",
         ]
         for ref, scores in references.items():
@@ -117,16 +150,16 @@ def write_report(
             if "check_min_cosine" in scores:
                 how += f" (real embeddings agree: cosine ≥ {scores['check_min_cosine']:.4f})"
             lines.append(
-                f"| {ref} | {scores['sts']:.2f} | {scores['retrieval']:.2f} | {scores['objective']:.2f} | {how} |"
+                f"| {ref} | {_num(scores['sts'])} | {_num(scores['retrieval'])} | {_num(scores['objective'])} | {how} |"
             )
         lines.append(
-            f"| tuned (this folder) | {best.sts:.2f} | {best.retrieval:.2f} | {best.objective:.2f} | cache |"
+            f"| tuned (this folder) | {_num(best.sts)} | {_num(best.retrieval)} | {_num(best.objective)} | cache |"
         )
         lines.append("")
     lines += [
         "## Best band of each readout family",
         "",
-        "| prompt · candidate | stage | STS-B dev | SciFact dev nDCG@10 | objective |",
+        f"| prompt · candidate | stage | {sts_name} | {ret_name} | objective |",
         "|---|---|---:|---:|---:|",
     ]
     seen: set[tuple[str | None, str]] = set()
@@ -147,7 +180,7 @@ def write_report(
         "",
         f"## The {_TOP} best candidates",
         "",
-        "| prompt · candidate | stage | STS-B dev | SciFact dev nDCG@10 | objective |",
+        f"| prompt · candidate | stage | {sts_name} | {ret_name} | objective |",
         "|---|---|---:|---:|---:|",
     ]
     for row in rows[:_TOP]:

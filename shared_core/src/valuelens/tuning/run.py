@@ -7,7 +7,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from valuelens import models
 from valuelens.batching import TruncationWarning
-from valuelens.bm25 import BM25Lens
+from valuelens.bm25 import Analyzer, BM25Lens, BM25State
 from valuelens.config import EncoderConfig
 from valuelens.embed_filter import EmbedFilter
 from valuelens.encoder import Encoder
@@ -30,8 +30,16 @@ from valuelens.presets.resolution import resolve
 from valuelens.presets.table import FUTUREEOL_SENTENCE
 from valuelens.states import bm25_lens, lexical_lens
 from valuelens.tuning.cache import FAMILIES, LayerCache
-from valuelens.tuning.data import Mode, Objective, TuneData
-from valuelens.tuning.report import write_report
+from valuelens.tuning.data import MODES, OBJECTIVES, Mode, Objective, TuneData, read_sources, sizes
+from valuelens.tuning.pseudo import (
+    METHODS,
+    PseudoDevSet,
+    QueryMethod,
+    has_chat_template,
+    make_generator,
+    pseudo_dev_set,
+)
+from valuelens.tuning.report import score_names, write_report
 from valuelens.tuning.search import Candidate, Row, Scorer, search
 
 __all__ = ["PROMPTS", "QUERY_TEMPLATES", "STATE_FILE", "TuneResult", "dev_scores", "tune"]
@@ -53,6 +61,10 @@ QUERY_TEMPLATES: tuple[str | None, ...] = (
 )
 #: The fitted post-processing's file name in a tuned folder.
 STATE_FILE = "state.safetensors"
+#: The BM25 statistics counted on the user's corpus, in a folder tuned on one.
+LEXICAL_FILE = "lexical.safetensors"
+#: Pseudo-queries made from a corpus, per mode (``pseudo_queries`` overrides).
+PSEUDO_QUERIES: dict[Mode, int] = {"quick": 100, "full": 300}
 #: Dev texts and documents the winner is re-embedded on by the real encoder, to check the cache's math.
 _CHECK_TEXTS = 48
 _CHECK_DOCS = 8
@@ -71,13 +83,23 @@ class TuneResult:
     """Per preset of ``compare``: its dev ``sts``, ``retrieval``, ``objective``, ``spec`` and how it was
     ``scored`` (:func:`dev_scores`)."""
     seconds: dict[str, float]
+    score_names: tuple[str, str] = ("STS-B dev", "SciFact dev nDCG@10")
+    """What the two dev scores are (:func:`valuelens.tuning.report.score_names`)."""
+    dev_source: str = ""
+    """How the dev data was made (the pseudo-queries' report line for a label-free run)."""
 
 
-def lexical_lenses(model: Any, tokenizer: Any) -> dict[str, LexicalLens | BM25Lens]:
-    """Both kinds of lexical part at their default statistics, as the search scores them and as a preset
-    refits them at load: BM25 from word frequencies, the input embeddings' idf."""
+def lexical_lenses(
+    model: Any, tokenizer: Any, bm25: BM25State | None = None
+) -> dict[str, LexicalLens | BM25Lens]:
+    """Both kinds of lexical part, as the search scores them and as a preset loads them: BM25 from
+    ``bm25`` (statistics counted on the user's corpus) or else from word frequencies; the input
+    embeddings' idf."""
+    default = EncoderConfig(lexical=0.1)
     return {
-        "bm25": bm25_lens(EncoderConfig(lexical=0.1)),
+        "bm25": bm25_lens(default)
+        if bm25 is None
+        else BM25Lens(bm25, dim=default.lexical_dim, k1=default.lexical_k1, b=default.lexical_b),
         "embeddings": lexical_lens(model, tokenizer),
     }
 
@@ -88,7 +110,10 @@ def tune(
     *,
     objective: Objective = "balanced",
     mode: Mode = "quick",
-    corpus: str | os.PathLike[str] | None = None,
+    corpus: str | os.PathLike[str] | Sequence[Any] | None = None,
+    dev: Sequence[str | os.PathLike[str]] = (),
+    queries: QueryMethod = "auto",
+    pseudo_queries: int | None = None,
     distractors: int | None = None,
     compare: Sequence[str] = (),
     max_length: int | None = None,
@@ -103,6 +128,13 @@ def tune(
 ) -> TuneResult:
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
+    What it tunes on (:meth:`TuneData.build <valuelens.tuning.data.TuneData.build>`): labelled ``dev``
+    sets (a BEIR folder, STS pairs) when given; else, label-free, the user's ``corpus`` (a file, a folder,
+    or a list of strings or LangChain / LlamaIndex documents), from which ``pseudo_queries`` queries are
+    made (``queries``: ``generate`` them with the model's chat template, ``cloze`` sentences out of their
+    passages, ``auto`` the first where the model has a template; :mod:`valuelens.tuning.pseudo`), its
+    texts also fitting the post-processing and counting the BM25 statistics the folder keeps; else the
+    project's data folder (STS-B dev, SciFact's carved dev split).
     ``compare`` names presets (``"best"``, a folder, ...) scored on the same dev data, as rows of the
     report: from the cache where it holds what a preset reads (checked against its real embeddings),
     else with the real encoder. ``distractors``: SciFact documents beside the dev queries' relevant
@@ -120,9 +152,21 @@ def tune(
         msg = f"cache {str(cache_dir)!r} exists and is not a folder"
         raise ConfigError(msg)
     started = time.perf_counter()
-    data = TuneData.build(  # checks every option
-        mode, objective=objective, corpus=corpus, distractors=distractors, data_dir=data_dir
-    )
+    if mode not in MODES:
+        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
+        raise ConfigError(msg)
+    if objective not in OBJECTIVES:
+        msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
+        raise ConfigError(msg)
+    sizes(mode, objective, distractors)  # checks distractors
+    n_queries = PSEUDO_QUERIES[mode] if pseudo_queries is None else pseudo_queries
+    if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
+        msg = f"pseudo_queries must be a whole number >= 1, got {pseudo_queries!r}"
+        raise ConfigError(msg)
+    if queries not in METHODS:
+        msg = f"queries must be one of {', '.join(map(repr, METHODS))}, got {queries!r}"
+        raise ConfigError(msg)
+    sources = read_sources(objective=objective, corpus=corpus, dev=dev, data_dir=data_dir)
     path = models.path(model)
     name = str(model) if model is not None else models.DEFAULT_MODEL
     spec_max = EncoderConfig(max_length=max_length).effective_max_length
@@ -131,11 +175,23 @@ def tune(
     key, n_layers = probe.parts.model_key, len(probe.layers)
     seconds: dict[str, float] = {"load": time.perf_counter() - started}
 
+    tick = time.perf_counter()
+    pseudo = None
+    if sources.kind == "corpus":
+        pseudo = _pseudo_maker(
+            path, tokenizer, queries, n_queries, cache_dir / _pseudo_cache_name(key), device, show_progress
+        )
+    data = TuneData.build(
+        mode, objective=objective, distractors=distractors, data_dir=data_dir, sources=sources, pseudo=pseudo
+    )
+    if sources.kind == "corpus":
+        seconds["pseudo-queries"] = time.perf_counter() - tick
+        logger.info("valuelens tune: %s", data.dev_source)
     layers = LayerCache.open(cache_dir, data, model_name=name, model_key=key, max_length=spec_max)
     prompts = PROMPTS[mode]
     query_templates = [p for p in QUERY_TEMPLATES if p not in prompts]
     sets = data.sets()
-    total = sum(len(texts) for texts in sets.values()) * len(prompts) + len(sets["queries"]) * len(
+    total = sum(len(texts) for texts in sets.values()) * len(prompts) + len(sets.get("queries", ())) * len(
         query_templates
     )
     tick = time.perf_counter()
@@ -145,13 +201,13 @@ def tune(
         layers.fill(
             net, tokenizer, prompts, FAMILIES, sets, max_length=spec_max, batch_size=batch_size, progress=bar
         )
-        queries = {"queries": sets["queries"]}
+        query_sets = {"queries": sets["queries"]} if "queries" in sets else {}
         layers.fill(
             net,
             tokenizer,
             query_templates,
             FAMILIES,
-            queries,
+            query_sets,
             max_length=spec_max,
             batch_size=batch_size,
             progress=bar,
@@ -161,7 +217,10 @@ def tune(
     tick = time.perf_counter()
     taus = (2.0,)
     filters = {tau: EmbedFilter.from_model(path, tau=tau) for tau in taus}
-    lenses = lexical_lenses(probe.model, probe.tokenizer) if lexical else {}
+    corpus_bm25 = None
+    if lexical and data.lexical_texts:  # the user's documents: their own idf and average length
+        corpus_bm25 = BM25State.fit(Analyzer(EncoderConfig().lexical_language), list(data.lexical_texts))
+    lenses = lexical_lenses(probe.model, probe.tokenizer, corpus_bm25) if lexical else {}
     scorer = Scorer(layers, data, objective=objective, embed_filters=filters, lexical=lenses)
     n_groups = sum(1 for p in prompts for f in FAMILIES if p is not None or not f.reads_last_attention)
     with tqdm(
@@ -186,6 +245,14 @@ def tune(
     if post is not None:
         post.save(state)
         fields["postprocess"] = STATE_FILE
+    (out / LEXICAL_FILE).unlink(missing_ok=True)
+    if (
+        corpus_bm25 is not None
+        and fields.get("lexical") is not None
+        and best.candidate.lexical_kind == "bm25"
+    ):
+        corpus_bm25.save(out / LEXICAL_FILE)
+        fields["lexical_corpus"] = LEXICAL_FILE
 
     tick = time.perf_counter()
     folder = PresetFolder(out.resolve(), name, key, fields, objective)
@@ -201,15 +268,26 @@ def tune(
     info = {
         "mode": mode,
         "dev": {
-            "sts": round(best.sts, 2),
-            "retrieval": round(best.retrieval, 2),
-            "objective": round(best.objective, 2),
+            name: None if np.isnan(value) else round(value, 2)
+            for name, value in (
+                ("sts", best.sts),
+                ("retrieval", best.retrieval),
+                ("objective", best.objective),
+            )
         },
         "data": {
             "sts_pairs": len(data.sts.gold),
             "retrieval_queries": len(data.retrieval.queries),
             "retrieval_docs": len(data.retrieval.docs),
             "fit": data.fit_source,
+            "sts_set": data.sts_name,
+            "retrieval_set": data.retrieval_name,
+            "dev": data.dev_source,
+            **(
+                {"lexical_statistics": f"BM25 counted on {len(data.lexical_texts)} documents"}
+                if "lexical_corpus" in fields
+                else {}
+            ),
         },
         "check_min_cosine": round(agreement, 6),
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
@@ -219,7 +297,48 @@ def tune(
     write_report(folder, rows, references, data, prompts)
     if cache is None and not keep_cache:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    return TuneResult(folder.path, fields, best, references, seconds)
+    return TuneResult(folder.path, fields, best, references, seconds, score_names(data), data.dev_source)
+
+
+def _pseudo_cache_name(key: tuple[str, int, int]) -> str:
+    return f"pseudo-queries-{key[0]}-{key[1]}-{key[2]}.json"
+
+
+def _pseudo_maker(
+    path: Any,
+    tokenizer: Any,
+    method: QueryMethod,
+    n_queries: int,
+    cache_file: Path,
+    device: str | None,
+    show_progress: bool,
+) -> Callable[[Sequence[str], int], PseudoDevSet]:
+    """What makes the label-free dev set from the corpus: :func:`pseudo_dev_set` with the model's own
+    generator when ``method`` may generate and the tokenizer has a chat template."""
+
+    def make(texts: Sequence[str], distractors: int) -> PseudoDevSet:
+        generator = None
+        if method != "cloze" and has_chat_template(tokenizer):
+            generator = make_generator(path, tokenizer, device=device)
+        what = "generating" if generator is not None else "taking sentences out of"
+        with tqdm(
+            total=n_queries if generator is not None else min(len(texts), 2 * n_queries),
+            desc=f"valuelens tune: pseudo-queries ({what} passages)",
+            unit="passage",
+            disable=not show_progress,
+        ) as bar:
+            return pseudo_dev_set(
+                texts,
+                method=method,
+                queries=n_queries,
+                distractors=distractors,
+                tokenizer=tokenizer,
+                generator=generator,
+                cache_file=cache_file,
+                progress=bar,
+            )
+
+    return make
 
 
 def _check(
@@ -233,7 +352,7 @@ def _check(
 ) -> float:
     """The chosen spec's :func:`_agreement` with the cache (``ConfigError`` below 0.99: the search's math
     and the encoder disagree)."""
-    fields = folder.fields(key) if folder.spec.get("postprocess") else dict(folder.spec)
+    fields = folder.fields(key)
     encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields))  # type: ignore[arg-type]
     worst = _agreement(encoder, scorer, candidate, post)  # type: ignore[arg-type]
     if worst < _MIN_AGREEMENT:
@@ -253,6 +372,8 @@ def _agreement(encoder: Encoder, scorer: Scorer, candidate: Candidate, post: Pos
         ("queries", data.retrieval.queries, _CHECK_DOCS, encoder.encode_query),
     )
     for set_name, texts, count, encode in checks:
+        if not texts:
+            continue
         real = np.asarray(encode(list(texts[:count]), normalize=True), dtype=np.float64)
         cached = scorer.vectors(candidate, set_name, post)[:count].astype(np.float64)
         cached /= np.linalg.norm(cached, axis=1, keepdims=True)
@@ -288,13 +409,16 @@ def dev_scores(
         row, vec = cached
     else:
         row = {"scored": "encoder"}
+        sets = data.sets()
         vec = {
-            "sts": np.asarray(encoder.encode(list(data.sts.texts))),
-            "queries": np.asarray(encoder.encode_query(list(data.retrieval.queries))),
-            "docs": np.asarray(encoder.encode(list(data.retrieval.docs))),
+            name: np.asarray(
+                (encoder.encode_query if name == "queries" else encoder.encode)(list(sets[name]))
+            )
+            for name in scorer.SETS
+            if name in sets
         }
-    sts = scorer.sts(vec["sts"])
-    ret = scorer.retrieval(vec["queries"], vec["docs"])
+    sts = scorer.sts(vec["sts"]) if "sts" in vec else float("nan")
+    ret = scorer.retrieval(vec["queries"], vec["docs"]) if "queries" in vec else float("nan")
     return {
         "sts": sts,
         "retrieval": ret,
@@ -323,5 +447,7 @@ def _from_cache(
             agreement,
         )
         return None
-    vec = {s: scorer.vectors(candidate, s, encoder.postprocess) for s in scorer.SETS}
+    vec = {
+        s: scorer.vectors(candidate, s, encoder.postprocess) for s in scorer.SETS if s in scorer.data.sets()
+    }
     return {"scored": "cache", "check_min_cosine": round(agreement, 6)}, vec

@@ -252,7 +252,7 @@ class Scorer:
         """The lexical parts tried, by kind (the lexical stage runs when there are some)."""
         self.lexical: dict[tuple[str, str], np.ndarray] = {}
         """Each kind's lexical vectors of each set (queries read on the query side)."""
-        texts = {"sts": data.sts.texts, "queries": data.retrieval.queries, "docs": data.retrieval.docs}
+        texts = {name: items for name, items in data.sets().items() if name in self.SETS}
         for kind, lens in self.lenses.items():
             for name, items in texts.items():
                 side = "query" if name == "queries" else "document"
@@ -301,8 +301,12 @@ class Scorer:
         families = [p.family for p in parts]
         queries = candidate.prompt if candidate.query_template is None else candidate.query_template
         return (
-            all(self.cache.has(candidate.prompt, families, name) for name in ("sts", "docs"))
-            and self.cache.has(queries, families, "queries")
+            all(
+                self.cache.has(candidate.prompt, families, name)
+                for name in ("sts", "docs")
+                if name in self.data.sets()
+            )
+            and ("queries" not in self.data.sets() or self.cache.has(queries, families, "queries"))
             and all(p.embed_filter is None or p.embed_filter in self.embed_filters for p in parts)
             and (candidate.lexical is None or candidate.lexical_kind in self.lenses)
         )
@@ -332,12 +336,26 @@ class Scorer:
         return joined.numpy()
 
     # ------------------------------------------------------------------ scores
+    @property
+    def has_sts(self) -> bool:
+        """Whether the dev data holds scored pairs (an empty set scores ``nan``)."""
+        return len(self._gold) > 0
+
+    @property
+    def has_retrieval(self) -> bool:
+        """Whether the dev data holds queries."""
+        return len(self._relevance) > 0
+
     def sts(self, vec: np.ndarray) -> float:
+        if not self.has_sts:
+            return float("nan")
         unit = _unit(vec.astype(np.float64))
         cos = (unit[self._a] * unit[self._b]).sum(1)
         return float(spearmanr(cos, self._gold).statistic) * 100
 
     def retrieval(self, queries: np.ndarray, docs: np.ndarray) -> float:
+        if not self.has_retrieval:
+            return float("nan")
         scores = _unit(queries.astype(np.float32)) @ _unit(docs.astype(np.float32)).T
         ids = self.data.retrieval.doc_ids
         top = np.argsort(-scores, axis=1, kind="stable")[:, :10]
@@ -347,11 +365,13 @@ class Scorer:
         return float(np.mean(values)) * 100
 
     def combine(self, sts: float, retrieval: float) -> float:
+        """The objective's value; ``balanced`` is the mean of the scores the dev data has."""
         if self.objective == "sts":
             return sts
         if self.objective == "retrieval":
             return retrieval
-        return (sts + retrieval) / 2
+        present = [x for x in (sts, retrieval) if not np.isnan(x)]
+        return sum(present) / len(present) if present else float("nan")
 
     def score(self, candidate: Candidate, stage: str) -> Row | None:
         """The candidate's row; ``None`` when its post-processing cannot be fitted (too few texts)."""
@@ -359,8 +379,12 @@ class Scorer:
             post = self.fit_post(candidate)
         except ConfigError:
             return None
-        sts = self.sts(self.vectors(candidate, "sts", post))
-        ret = self.retrieval(self.vectors(candidate, "queries", post), self.vectors(candidate, "docs", post))
+        sts = self.sts(self.vectors(candidate, "sts", post)) if self.has_sts else float("nan")
+        ret = float("nan")
+        if self.has_retrieval:
+            ret = self.retrieval(
+                self.vectors(candidate, "queries", post), self.vectors(candidate, "docs", post)
+            )
         return Row(candidate, stage, sts, ret, self.combine(sts, ret))
 
 
@@ -436,12 +460,13 @@ def search(
     posted = [replace(row.candidate, post=post) for row, post in itertools.product(leaders, POSTPROCESS[1:])]
     rows += _scored(scorer, posted, "postprocess")
     rows.sort(key=lambda r: -r.objective)
-    if scorer.objective != "sts":  # STS pairs are symmetric: a query side changes retrieval alone
+    # STS pairs are symmetric: a query side and a lexical part's weights change retrieval alone
+    if scorer.objective != "sts" and scorer.has_retrieval:
         finalists = list(dict.fromkeys(row.candidate for row in rows))[:n_mains]
         sides = [replace(c, query_template=q) for c in finalists for q in query_templates if q != c.prompt]
         rows += _scored(scorer, sides, "query_side")
         rows.sort(key=lambda r: -r.objective)
-    if scorer.lenses and scorer.objective != "sts":
+    if scorer.lenses and scorer.objective != "sts" and scorer.has_retrieval:
         finalists = list(dict.fromkeys(row.candidate for row in rows))[:n_mains]
         lexical = [
             replace(c, lexical=d, lexical_query=None if q == d else q, lexical_kind=kind)
