@@ -123,8 +123,9 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
-def drop_reason(query: str, passage: str) -> str | None:
-    """Why the pair (``query``, ``passage``) is degenerate (one of :data:`DROP_REASONS`), or ``None``."""
+def drop_reason(query: str, passage: str, *, generated: bool = False) -> str | None:
+    """Why the pair (``query``, ``passage``) is degenerate (one of :data:`DROP_REASONS`), or ``None``;
+    ``generated``: a query the model wrote (which may also describe the passage instead of asking)."""
     query_words = words(query)
     if not query_words:
         return "empty"
@@ -134,7 +135,7 @@ def drop_reason(query: str, passage: str) -> str | None:
         return "too long"
     if len(query_words) >= COPY_MIN_WORDS and " ".join(query_words) in " ".join(words(passage)):
         return "copied from its passage"
-    if _ABOUT_PASSAGE.match(query.strip()):
+    if generated and _ABOUT_PASSAGE.match(query.strip()):
         return "describes the passage"
     return None
 
@@ -218,7 +219,7 @@ def pseudo_dev_set(
         replies = _generate([texts[i] for i in candidates], tokenizer, generator, cache_file, progress)
         for i, reply in zip(candidates, replies, strict=True):
             query = _clean(reply)
-            why = drop_reason(query, texts[i])
+            why = drop_reason(query, texts[i], generated=True)
             if why is None:
                 pairs.append((i, query, texts[i]))
             else:

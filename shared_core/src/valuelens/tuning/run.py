@@ -354,18 +354,23 @@ def _check(
     and the encoder disagree)."""
     fields = folder.fields(key)
     encoder = Encoder(net, tokenizer, EncoderConfig.from_dict(fields))  # type: ignore[arg-type]
-    worst = _agreement(encoder, scorer, candidate, post)  # type: ignore[arg-type]
+    worst, where = _agreement(encoder, scorer, candidate, post)  # type: ignore[arg-type]
     if worst < _MIN_AGREEMENT:
-        msg = f"the chosen spec's real embeddings disagree with the tuning cache (cosine {worst:.4f}): please report this"
+        msg = (
+            f"the chosen spec ({candidate.label()}) disagrees with the tuning cache on the dev {where} "
+            f"(cosine {worst:.4f}): please report this"
+        )
         raise ConfigError(msg)
     return worst
 
 
-def _agreement(encoder: Encoder, scorer: Scorer, candidate: Candidate, post: Postprocess | None) -> float:
+def _agreement(
+    encoder: Encoder, scorer: Scorer, candidate: Candidate, post: Postprocess | None
+) -> tuple[float, str]:
     """Embed a few dev texts (sentences, documents, queries) with the real encoder and compare with the
-    cache's vectors of the candidate it stands for: the smallest cosine."""
+    cache's vectors of the candidate it stands for: the smallest cosine and the set it was found on."""
     data = scorer.data
-    worst = 1.0
+    worst, where = 1.0, ""
     checks = (
         ("sts", data.sts.texts, _CHECK_TEXTS, encoder.encode),
         ("docs", data.retrieval.docs, _CHECK_DOCS, encoder.encode),
@@ -377,8 +382,10 @@ def _agreement(encoder: Encoder, scorer: Scorer, candidate: Candidate, post: Pos
         real = np.asarray(encode(list(texts[:count]), normalize=True), dtype=np.float64)
         cached = scorer.vectors(candidate, set_name, post)[:count].astype(np.float64)
         cached /= np.linalg.norm(cached, axis=1, keepdims=True)
-        worst = min(worst, float((real * cached).sum(1).min()))
-    return worst
+        cosine = float((real * cached).sum(1).min())
+        if cosine < worst:
+            worst, where = cosine, set_name
+    return worst, where
 
 
 def dev_scores(
@@ -439,7 +446,7 @@ def _from_cache(
     candidate = Candidate.from_config(encoder.config, FAMILIES)
     if candidate is None or not scorer.holds(candidate):
         return None
-    agreement = _agreement(encoder, scorer, candidate, encoder.postprocess)
+    agreement, _ = _agreement(encoder, scorer, candidate, encoder.postprocess)
     if agreement < _MIN_AGREEMENT:
         logger.warning(
             "preset %s: the tuning cache disagrees with its real embeddings (cosine %.4f): embedding the dev data",
