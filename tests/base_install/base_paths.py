@@ -32,6 +32,7 @@ EXTRAS = (
     "starlette",
     "uvicorn",
     "prometheus_client",
+    "orjson",
     "mteb",
     "datasets",
     "sentence_transformers",

@@ -234,3 +234,55 @@ def test_the_warm_up_encodes_the_texts_given_before_ready(tmp_path):
     assert fake.batches[0] == ["first text", "second text"]
     result = CliRunner().invoke(cli_app, ["serve", "--warm-up", str(tmp_path / "missing.txt"), "--port", "0"])
     assert result.exit_code == 2 and "missing.txt" in result.output and "Traceback" not in result.output
+
+
+def test_batches_are_cut_by_padded_size_and_never_mix_short_with_long_texts():
+    """Real token counts (the tiny BPE tokenizer) of real texts: STS-B sentences and SciFact abstracts,
+    queued in mixed order by many requests; every batch pads within the budget, no text pads to more
+    than twice its length, and every row goes back to its own request and place."""
+    from valuelens.evaluation.tasks import load_task
+    from valuelens.server.batcher import MAX_PADDING
+
+    sts = load_task("stsb").load("dev", limit=60)
+    abstracts = list(load_task("scifact").load("dev").corpus.values())[:30]
+    texts = [*sts.texts1[:60], *abstracts]
+    rng = np.random.default_rng(0)
+    rng.shuffle(texts)
+    fake = FakeEncoder()
+    tokens = {t: len(fake.tokenizer(t)["input_ids"]) for t in texts}
+    assert max(tokens.values()) > 8 * min(tokens.values())  # short and long side by side
+    fake.gate.clear()
+    budget = 2048
+    batcher = Batcher(
+        lambda batch: fake.encode(batch), Limits(max_batch_tokens=budget, max_wait_ms=0, slice_size=8)
+    )
+    batcher.start()
+    try:
+        blocker = batcher.submit(["warm"], [1])
+        time.sleep(0.05)
+        jobs = [
+            batcher.submit(texts[k : k + 9], [tokens[t] for t in texts[k : k + 9]]) for k in range(0, 90, 9)
+        ]
+        fake.gate.set()
+        for k, job in zip(range(0, 90, 9), jobs, strict=True):
+            assert job.future.result(10)[:, 0].tolist() == [len(t) for t in texts[k : k + 9]]
+        blocker.future.result(10)
+    finally:
+        batcher.close(10)
+    for batch in fake.batches[1:]:
+        counts = [tokens[t] for t in batch]
+        assert len(batch) == 1 or len(batch) * max(counts) <= budget
+        assert max(counts) <= MAX_PADDING * min(counts), counts
+    assert sum(len(b) for b in fake.batches[1:]) == 90 and len(fake.batches) < 60  # batched, not one by one
+
+
+def test_a_lone_request_does_not_wait_for_the_window():
+    fake = FakeEncoder()
+    batcher = Batcher(lambda batch: fake.encode(batch), Limits(max_wait_ms=5000))
+    batcher.start()
+    try:
+        began = time.monotonic()
+        batcher.submit(["alone"], [2]).future.result(10)
+        assert time.monotonic() - began < 2.5  # the window is 5 s: it did not wait for company
+    finally:
+        batcher.close(10)

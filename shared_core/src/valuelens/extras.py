@@ -22,7 +22,7 @@ EXTRAS: dict[str, str] = {
     "eval": "evaluation, tuning, .parquet files and plots (scipy, scikit-learn, pyarrow, matplotlib)",
     "models": "the bundled GGUF models (gguf, accelerate)",
     "ray": "embedding a corpus on Ray Data (ray[data])",
-    "serve": "the OpenAI-compatible server (fastapi, uvicorn, prometheus-client)",
+    "serve": "the OpenAI-compatible server (fastapi, uvicorn, prometheus-client, orjson)",
 }
 
 

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -277,7 +278,7 @@ class State:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         headers = {"X-Truncated-Inputs": str(truncated)} if truncated else None
-        return Response(json.dumps(body), media_type="application/json", headers=headers)
+        return Response(_dumps(body), media_type="application/json", headers=headers)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.model_card()]}
@@ -342,9 +343,18 @@ def _is_json(content_type: str | None) -> bool:
 
 
 def _encode_row(row: np.ndarray, fmt: str) -> Any:
+    """A row as the response carries it: base64 of little-endian float32, or the array itself (which
+    :func:`_dumps` writes as numbers without a Python float per value)."""
     if fmt == "base64":
         return base64.b64encode(np.ascontiguousarray(row, dtype="<f4").tobytes()).decode("ascii")
-    return row.tolist()
+    return np.ascontiguousarray(row, dtype=np.float32)
+
+
+def _dumps(body: Any) -> bytes:
+    """The response body: orjson writes numpy rows directly (float32 at their shortest round-tripping
+    digits), several times faster than ``json.dumps`` of ``tolist()``, on the event loop, never on
+    the model's thread."""
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 async def _read_json(request: Request, limit: int) -> Any:

@@ -1,11 +1,15 @@
 """Batching across requests: a bounded queue and one worker thread that runs the encoder.
 
-Each request is a :class:`Job` of texts (with their token counts). The worker takes what is queued,
-waits at most ``max_wait_ms`` for more, then packs a batch round-robin across the queued jobs, one
-slice (at most ``slice_size`` texts) per job and turn, up to ``max_batch_tokens`` tokens, so a huge
-request does not starve small ones. It calls ``encode`` on the packed texts off the event loop and
-scatters the rows back to each job; a job's future resolves once all its rows are in. With
-``Limits(batching=False)`` (``--no-batching``) a batch holds one job's texts only and nothing waits.
+Each request is a :class:`Job` of texts (with their token counts). The worker takes what is queued
+and packs a batch by length (:func:`pack`): a forward pass pads every text to the batch's longest, so a
+batch is cut by its padded size (texts × longest ≤ ``max_batch_tokens``), anchored on the oldest job's
+next text (nothing starves) and filled with the queued texts closest to it in length, in round-robin
+order across jobs (at most ``slice_size`` texts per job and turn, so a huge request does not crowd out
+small ones): a short text never pads to an abstract. The wait is adaptive: with one job queued the worker
+starts at once; with several, it waits up to ``max_wait_ms`` for more while the queue holds less than a
+batch. It calls ``encode`` on the packed texts off the event loop and scatters the rows back to each
+job; a job's future resolves once all its rows are in. With ``Limits(batching=False)``
+(``--no-batching``) a batch holds one job's texts only and nothing waits.
 A job is a query job or a document job (the request's ``input_type``); a batch holds one side only and
 goes to ``encode_query`` or ``encode``.
 """
@@ -24,8 +28,11 @@ import numpy as np
 from valuelens.server.limits import Limits
 from valuelens.server.metrics import Metrics
 
-__all__ = ["Batcher", "Job", "QueueFull", "Side"]
+__all__ = ["Batcher", "Job", "QueueFull", "Side", "pack"]
 
+#: The longest text of a batch is at most this many times its shortest (padding at most halves the work
+#: a batch does).
+MAX_PADDING = 2.0
 #: What a job's texts are: search queries or the documents searched.
 Side = Literal["query", "document"]
 
@@ -43,7 +50,7 @@ class Job:
         self.side: Side = side
         self.tokens = list(tokens)
         self.future: Future[np.ndarray] = Future()
-        self.next = 0  # the first text not yet packed
+        self.pending = list(range(len(self.texts)))  # the texts not yet packed, in order
         self.done_rows = 0
         self.rows: np.ndarray | None = None
         self.abandoned = False
@@ -131,36 +138,22 @@ class Batcher:
             assert rows is not None
             job.future.set_result(rows)
 
-    def _pack(self) -> list[tuple[Job, int, int]]:
-        """Round-robin slices ``(job, start, stop)`` of the oldest job's side up to the token budget (the
-        lock is held)."""
-        budget = self.limits.max_batch_tokens
-        used = 0
-        taken: list[tuple[Job, int, int]] = []
+    def _pack(self) -> list[tuple[Job, list[int]]]:
+        """The next batch: :func:`pack` over the oldest job's side (one job's texts without batching);
+        the lock is held."""
         for job in [j for j in self._jobs if j.abandoned]:
             self._jobs.remove(job)
             self._finish(job)
-        side = self._jobs[0].side if self._jobs else None
-        while self._jobs:
-            progressed = False
-            for job in list(self._jobs):
-                if job.side != side:
-                    continue
-                start = stop = job.next
-                limit = min(len(job.texts), start + self.limits.slice_size)
-                while stop < limit and (used + job.tokens[stop] <= budget or used == 0):
-                    used += max(job.tokens[stop], 1)
-                    stop += 1
-                if stop > start:
-                    taken.append((job, start, stop))
-                    job.next = stop
-                    progressed = True
-                if job.next >= len(job.texts):
-                    self._jobs.remove(job)
-                if used >= budget or (taken and not self.limits.batching):
-                    return taken
-            if not progressed:
-                break
+        if not self._jobs:
+            return []
+        side = self._jobs[0].side
+        jobs = [j for j in self._jobs if j.side == side] if self.limits.batching else [self._jobs[0]]
+        taken = pack(jobs, self.limits.max_batch_tokens, self.limits.slice_size)
+        for job, indices in taken:
+            chosen = set(indices)
+            job.pending = [i for i in job.pending if i not in chosen]
+            if not job.pending:
+                self._jobs.remove(job)
         return taken
 
     def _run(self) -> None:
@@ -171,10 +164,10 @@ class Batcher:
                     self._lock.wait()
                 if not self._jobs and self._closing:
                     return
-                if wait_s > 0 and not self._closing:
+                if wait_s > 0 and not self._closing and len(self._jobs) > 1:  # alone: no wait
                     deadline = time.monotonic() + wait_s
                     while (left := deadline - time.monotonic()) > 0 and not self._closing:
-                        queued = sum(sum(j.tokens[j.next :]) for j in self._jobs)
+                        queued = sum(j.tokens[i] for j in self._jobs for i in j.pending)
                         if queued >= self.limits.max_batch_tokens:  # a full batch is there already
                             break
                         self._lock.wait(left)
@@ -182,8 +175,8 @@ class Batcher:
             if taken:
                 self._encode(taken)
 
-    def _encode(self, taken: list[tuple[Job, int, int]]) -> None:
-        texts = [t for job, start, stop in taken for t in job.texts[start:stop]]
+    def _encode(self, taken: list[tuple[Job, list[int]]]) -> None:
+        texts = [job.texts[i] for job, indices in taken for i in indices]
         query = taken[0][0].side == "query"
         encode = self.encode_query if query and self.encode_query is not None else self.encode
         began = time.perf_counter()
@@ -191,26 +184,68 @@ class Batcher:
             rows = np.asarray(encode(texts), dtype=np.float32)
         except Exception as exc:  # every job of the batch gets the error
             with self._lock:
-                for job in {id(job): job for job, _, _ in taken}.values():
+                for job in {id(job): job for job, _ in taken}.values():
                     if job in self._jobs:
                         self._jobs.remove(job)
-                    job.next = len(job.texts)
+                    job.pending = []
                     self._finish(job, error=exc)
             return
         if self.metrics is not None:
             self.metrics.encode_seconds.observe(time.perf_counter() - began)
             self.metrics.batch_texts.observe(len(texts))
-            self.metrics.batch_requests.observe(len({id(job) for job, _, _ in taken}))
-            self.metrics.batch_tokens.observe(sum(sum(job.tokens[a:b]) for job, a, b in taken))
+            self.metrics.batch_requests.observe(len({id(job) for job, _ in taken}))
+            self.metrics.batch_tokens.observe(sum(job.tokens[i] for job, indices in taken for i in indices))
             self.metrics.texts.inc(len(texts))
         offset = 0
         with self._lock:
-            for job, start, stop in taken:
-                n = stop - start
+            for job, indices in taken:
+                n = len(indices)
                 if job.rows is None:
                     job.rows = np.empty((len(job.texts), rows.shape[1]), dtype=np.float32)
-                job.rows[start:stop] = rows[offset : offset + n]
+                job.rows[indices] = rows[offset : offset + n]
                 offset += n
                 job.done_rows += n
                 if job.done_rows == len(job.texts):
                     self._finish(job, rows=job.rows)
+
+
+def pack(jobs: Sequence[Job], budget: int, slice_size: int) -> list[tuple[Job, list[int]]]:
+    """One batch from ``jobs`` (oldest first), as ``(job, indices)``: the first job's next pending text
+    anchors it; the others join in order of how close their token count is to the anchor's (ties: in
+    round-robin order, ``slice_size`` texts per job and turn) while the padded size, texts × longest,
+    stays within ``budget`` and the longest is at most :data:`MAX_PADDING` times the shortest (a short
+    text waits for a batch of its length rather than pad to a long one; a lone text longer than the
+    budget makes a batch of its own).
+
+    Usage: ``pack(queued_jobs, limits.max_batch_tokens, limits.slice_size)``."""
+    order: list[tuple[Job, int]] = []  # round-robin: each job's next slice, turn after turn
+    turn = 0
+    while True:
+        added = False
+        for job in jobs:
+            part = job.pending[turn * slice_size : (turn + 1) * slice_size]
+            order += [(job, i) for i in part]
+            added = added or bool(part)
+        if not added:
+            break
+        turn += 1
+    if not order:
+        return []
+    anchor_job, anchor = order[0]
+    anchor_tokens = max(anchor_job.tokens[anchor], 1)
+    closest = sorted(
+        range(len(order)), key=lambda n: abs(max(order[n][0].tokens[order[n][1]], 1) - anchor_tokens)
+    )
+    chosen: dict[int, list[int]] = {}
+    by_id: dict[int, Job] = {}
+    count, longest, shortest = 0, 0, anchor_tokens
+    for n in closest:
+        job, i = order[n]
+        tokens = max(job.tokens[i], 1)
+        wider, narrower = max(longest, tokens), min(shortest, tokens)
+        if count and ((count + 1) * wider > budget or wider > MAX_PADDING * narrower):
+            continue
+        chosen.setdefault(id(job), []).append(i)
+        by_id[id(job)] = job
+        count, longest, shortest = count + 1, wider, narrower
+    return [(by_id[key], sorted(indices)) for key, indices in chosen.items()]
