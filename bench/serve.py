@@ -1,32 +1,42 @@
-"""Serving throughput and latency: ``valuelens serve`` with and without cross-request batching, a plain
-FastAPI + sentence-transformers server, and in-process ``Encoder.encode`` as the ceiling.
+"""Serving throughput and latency: ``valuelens serve`` with and without cross-request batching, with plain
+mean pooling, a plain FastAPI + sentence-transformers server, Infinity from its own environment, and
+in-process ``Encoder.encode`` as the ceiling.
 
 Usage::
 
     python -m bench.serve --model smollm2-135m --concurrency 1,8,64 --requests 64
 
-Each server is a real process on a free port of 127.0.0.1, polled on ``/ready``, warmed up, then driven by
-a pool of ``CONCURRENCY`` client threads (one keep-alive ``httpx.Client`` each) sending ``--requests``
-(small) or ``--mixed-requests`` (mixed) requests per cell, for two workloads built with
-:func:`bench.texts.length_mix`: ``small`` (one STS-B sentence per request) and ``mixed`` (1-8 texts per
-request, one SciFact abstract in seven). The servers:
+Each server is a real process on a free port of 127.0.0.1, polled until ready, warmed up, then driven by
+one asyncio load generator (:func:`drive`: ``httpx.AsyncClient`` with ``CONCURRENCY`` requests in flight,
+in this one thread, reporting its own CPU share) sending ``--requests`` (small) or ``--mixed-requests``
+(mixed) requests per cell, for two workloads built with :func:`bench.texts.length_mix`: ``small`` (one
+STS-B sentence per request) and ``mixed`` (1-8 texts per request, one SciFact abstract in seven). Every
+row a server returns is checked against the row it gave the same text before (``mismatched``). The
+servers:
 
 - ``valuelens`` — ``valuelens serve`` (recipe va, or ``--preset``; ``--truncate`` at 512 tokens as
   sentence-transformers does), cross-request batching (the default);
 - ``valuelens --no-batching`` — the same with ``--no-batching --max-wait-ms 0``: one request per forward;
+- ``valuelens hs-final`` — the mean of the last hidden state after the final norm, like for like with
+  Infinity's mean pooling;
 - ``fastapi+st`` — :data:`PLAIN_SERVER`: a minimal FastAPI app running sentence-transformers mean pooling
   over the same backbone, one ``model.encode`` per request (under a lock: HF fast tokenizers are not
-  thread-safe), the usual hand-written embeddings server.
+  thread-safe), the usual hand-written embeddings server;
+- ``infinity`` — ``infinity_emb v2`` (mean pooling, torch engine, CPU) on the same checkpoint folder,
+  from a virtual environment of its own (``--infinity-venv``, created on first use with
+  :data:`INFINITY_REQUIREMENT` and its own pins; this environment is never changed). If it cannot
+  install or start, the row says why.
 
 ``in-process`` encodes every text of a workload with one ``Encoder.encode`` call in a fresh process (same
-spec, same threads): the ceiling; ``overhead`` is how much slower (texts/s) a server cell is. Every process
-gets the same ``--threads`` (``auto`` is resolved once here). Throughput is texts/s and tokens/s (tokens
-as the servers' ``usage`` counts them); latency is per request (p50/p99, ms).
+spec, same threads): the ceiling; ``× in-process`` is a valuelens cell's share of it. Every process gets
+the same ``--threads`` (``auto`` is resolved once here). Throughput is texts/s and tokens/s (tokens as the
+servers' ``usage`` counts them); latency is per request (p50/p99, ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
@@ -36,10 +46,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +56,9 @@ import numpy as np
 from bench.child import run_child
 from bench.texts import ROOT, length_mix
 
-SYSTEMS = ("valuelens", "valuelens --no-batching", "fastapi+st")
+SYSTEMS = ("valuelens", "valuelens --no-batching", "valuelens hs-final", "fastapi+st", "infinity")
+#: What the Infinity environment installs (its own pins, beside torch from this machine's disk).
+INFINITY_REQUIREMENT = "infinity-emb[server,torch]"
 WORKLOADS = ("small", "mixed")
 READY_TIMEOUT_S = 300
 
@@ -109,9 +119,17 @@ def workload(kind: str, requests: int, seed: int = 0) -> list[list[str]]:
 class Process:
     """A server process on ``port`` (stderr to a file; stopped with SIGTERM, then SIGKILL)."""
 
-    def __init__(self, command: Sequence[str], port: int, log: Path) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        port: int,
+        log: Path,
+        ready_path: str = "/ready",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.ready_path = ready_path
         self.log = log
         self._err = log.open("wb")
         env = {
@@ -120,6 +138,7 @@ class Process:
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            **(extra_env or {}),
         }
         env.pop("VALUELENS_API_KEY", None)
         self.process = subprocess.Popen(
@@ -135,7 +154,7 @@ class Process:
                 tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
                 raise RuntimeError(f"the server exited with {self.process.returncode}: {' | '.join(tail)}")
             try:
-                if httpx.get(self.url + "/ready", timeout=5).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=5).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -153,15 +172,62 @@ class Process:
         self._err.close()
 
 
+def infinity_command(venv: Path, torch_pin: str) -> Path:
+    """``infinity_emb`` of the virtual environment at ``venv``, created with :data:`INFINITY_REQUIREMENT` on
+    first use (its own pins, as its users run it; this project's environment is never touched)."""
+    program = venv / "bin" / "infinity_emb"
+    if not program.exists():
+        python = venv / "bin" / "python"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", torch_pin], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", INFINITY_REQUIREMENT, torch_pin], check=True)
+    return program
+
+
 def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path) -> Process:
     port = free_port()
-    if system == "fastapi+st":
+    ready, env = "/ready", None
+    if system in ("fastapi+st", "infinity"):
         from valuelens import models
 
         folder = str(models.path(args.model)) if models.is_provisioned(args.model) else args.model
+    if system == "fastapi+st":
         command = [sys.executable, "-c", PLAIN_SERVER, folder, str(port), str(threads), args.model]
+    elif system == "infinity":
+        try:
+            program = infinity_command(Path(args.infinity_venv), args.torch)
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(f"could not install {INFINITY_REQUIREMENT}: {exc}") from exc
+        command = [
+            str(program),
+            "v2",
+            "--model-id",
+            folder,
+            "--served-model-name",
+            args.model,
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--engine",
+            "torch",
+            "--device",
+            "cpu",
+            "--pooling-method",
+            "mean",
+            "--batch-size",
+            "32",
+            "--url-prefix",
+            "/v1",
+        ]
+        ready = "/v1/health"
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     else:
         spec = ["--preset", args.preset] if args.preset else ["--recipe", "va"]
+        if (
+            system == "valuelens hs-final"
+        ):  # mean of the last hidden state after the final norm: like Infinity
+            spec = ["--recipe", "hs", "--layers", "last", "--final-norm", "--postprocess", "none"]
         command = [
             sys.executable,
             "-m",
@@ -180,7 +246,7 @@ def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path)
         command.append("--truncate")  # as sentence-transformers does (max_seq_length 512)
         if system.endswith("--no-batching"):
             command += ["--no-batching", "--max-wait-ms", "0"]
-    server = Process(command, port, tmp / f"{system.replace(' ', '_')}.err")
+    server = Process(command, port, tmp / f"{system.replace(' ', '_')}.err", ready, env)
     try:
         server.wait_ready()
     except BaseException:
@@ -189,30 +255,64 @@ def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path)
     return server
 
 
-def drive(url: str, model: str, requests: list[list[str]], concurrency: int) -> dict[str, Any]:
-    """Send ``requests`` from ``concurrency`` threads; throughput, latency percentiles, failures."""
+def drive(
+    url: str,
+    model: str,
+    requests: list[list[str]],
+    concurrency: int,
+    path: str = "/v1/embeddings",
+    seen: dict[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """Send ``requests`` with ``concurrency`` in flight from one asyncio client (one process, one thread:
+    the load generator takes little of the cores the server runs on, and says how much: ``client_cpu``,
+    its CPU seconds per wall second); throughput, latency percentiles, failures, and mismatches (a text
+    whose row disagrees with the row it got before, in this cell or, through ``seen``, an earlier one
+    of the same server: a row given to the wrong request or place)."""
+    return asyncio.run(_drive(url + path, model, requests, concurrency, {} if seen is None else seen))
+
+
+async def _drive(
+    endpoint: str, model: str, requests: list[list[str]], concurrency: int, rows: dict[str, np.ndarray]
+) -> dict[str, Any]:
     import httpx
+    import orjson
 
-    local = threading.local()
+    pending = iter(requests)
+    results: list[tuple[float, int, int]] = []
+    mismatched = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
-    def one(texts: list[str]) -> tuple[float, int, int]:
-        client = getattr(local, "client", None)
-        if client is None:
-            client = local.client = httpx.Client(timeout=600)
+        async def worker() -> None:
+            nonlocal mismatched
+            for texts in pending:  # one iterator shared by the workers of this one thread
+                began = time.perf_counter()
+                try:
+                    response = await client.post(endpoint, json={"model": model, "input": texts})
+                except httpx.HTTPError:
+                    results.append((time.perf_counter() - began, 0, -1))
+                    continue
+                took = time.perf_counter() - began
+                if response.status_code != 200:
+                    results.append((took, 0, -1))
+                    continue
+                body = orjson.loads(response.content)
+                data = sorted(body["data"], key=lambda d: d["index"])
+                if len(data) != len(texts):
+                    results.append((took, 0, -1))
+                    continue
+                for text, item in zip(texts, data, strict=True):
+                    row = np.asarray(item["embedding"], dtype=np.float32)
+                    row /= np.linalg.norm(row) or 1.0
+                    seen = rows.setdefault(text, row)
+                    mismatched += int(float(seen @ row) < 0.999)
+                results.append((took, int(body.get("usage", {}).get("prompt_tokens", 0)), len(texts)))
+
+        cpu = time.process_time()
         began = time.perf_counter()
-        response = client.post(url + "/v1/embeddings", json={"model": model, "input": texts})
-        took = time.perf_counter() - began
-        if response.status_code != 200:
-            return took, 0, -1
-        body = response.json()
-        if len(body["data"]) != len(texts):
-            return took, 0, -1
-        return took, int(body["usage"]["prompt_tokens"]), len(texts)
-
-    began = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as executor:
-        results = list(executor.map(one, requests))
-    wall = time.perf_counter() - began
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+        cpu = time.process_time() - cpu
     latencies = np.array([r[0] for r in results]) * 1000
     ok = [r for r in results if r[2] >= 0]
     return {
@@ -222,6 +322,8 @@ def drive(url: str, model: str, requests: list[list[str]], concurrency: int) -> 
         "p50_ms": float(np.percentile(latencies, 50)),
         "p99_ms": float(np.percentile(latencies, 99)),
         "failed": len(results) - len(ok),
+        "mismatched": mismatched,
+        "client_cpu": cpu / wall,
     }
 
 
@@ -257,6 +359,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--threads", default="auto", help="torch threads of every process (auto: resolved once)"
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument(
+        "--infinity-venv",
+        default=str(Path(tempfile.gettempdir()) / "valuelens-bench-infinity"),
+        help="Infinity's own virtual environment (created on first use, then reused)",
+    )
+    parser.add_argument("--torch", default="torch==2.13.0", help="the torch pin of that environment")
     args = parser.parse_args(argv)
     from valuelens.cpu import parse_threads
 
@@ -275,11 +383,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                 continue
             try:
-                drive(server.url, args.model, loads["small"][:4], 2)  # warm-up
+                seen: dict[str, np.ndarray] = {}  # every row this server gave, across its cells
+                drive(server.url, args.model, loads["small"][:4], 2, seen=seen)  # warm-up
                 for kind in WORKLOADS:
                     for level in levels:
                         row = {"system": system, "workload": kind, "concurrency": level}
-                        row.update(drive(server.url, args.model, loads[kind], level))
+                        row.update(drive(server.url, args.model, loads[kind], level, seen=seen))
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr, flush=True)
             finally:
@@ -307,12 +416,12 @@ def to_markdown(
         f"torch threads {threads} in every process, "
         f"CPU with {os.cpu_count()} logical cores, {datetime.date.today().isoformat()}, run took {seconds:.0f} s",
         "",
-        "| workload | concurrency | server | texts/s | tokens/s | p50 ms | p99 ms | × no-batching | overhead vs in-process |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | concurrency | server | texts/s | tokens/s | p50 ms | p99 ms | × no-batching | × in-process | client CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         if "error" in row:
-            lines.append(f"| | | {row['system']} | failed to start: {row['error']} | | | | | |")
+            lines.append(f"| | | {row['system']} | failed to start: {row['error']} | | | | | | |")
             continue
         base = next(
             (
@@ -326,11 +435,13 @@ def to_markdown(
         )
         ratio = f"{row['texts_s'] / base['texts_s']:.2f}" if base and base["texts_s"] else ""
         top = ceiling.get(row["workload"]) if "failed" not in ceiling else None
-        overhead = f"{(top / row['texts_s'] - 1) * 100:+.0f} %" if top and row["texts_s"] else ""
+        share = f"{row['texts_s'] / top:.2f}" if top and row["system"] in SYSTEMS[:2] else ""
         failed = f" ({row['failed']} failed)" if row["failed"] else ""
+        failed += f" ({row['mismatched']} mismatched)" if row.get("mismatched") else ""
         lines.append(
             f"| {row['workload']} | {row['concurrency']} | {row['system']}{failed} | {row['texts_s']:.1f} "
-            f"| {row['tokens_s']:.0f} | {row['p50_ms']:.0f} | {row['p99_ms']:.0f} | {ratio} | {overhead} |"
+            f"| {row['tokens_s']:.0f} | {row['p50_ms']:.0f} | {row['p99_ms']:.0f} | {ratio} | {share} "
+            f"| {row.get('client_cpu', float('nan')):.0%} |"
         )
     if "failed" in ceiling:
         lines.append(f"\nin-process ceiling failed: {ceiling['failed']}")
