@@ -184,6 +184,24 @@ def infinity_command(venv: Path, torch_pin: str) -> Path:
     return program
 
 
+def older_transformers_folder(folder: str, tmp: Path) -> str:
+    """``folder`` as transformers 4 reads it: the same weights and ``tokenizer.json`` (linked), with the
+    tokenizer class transformers 5 writes (``TokenizersBackend``) named as transformers 4 knows it
+    (``PreTrainedTokenizerFast``, the same fast tokenizer)."""
+    source, copy = Path(folder), tmp / "checkpoint-for-transformers-4"
+    copy.mkdir(exist_ok=True)
+    for item in source.iterdir():
+        target = copy / item.name
+        if item.name == "tokenizer_config.json":
+            config = json.loads(item.read_text(encoding="utf-8"))
+            if config.get("tokenizer_class") == "TokenizersBackend":
+                config["tokenizer_class"] = "PreTrainedTokenizerFast"
+            target.write_text(json.dumps(config), encoding="utf-8")
+        elif not target.exists():
+            target.symlink_to(item.resolve())
+    return str(copy)
+
+
 def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path) -> Process:
     port = free_port()
     ready, env = "/ready", None
@@ -202,7 +220,7 @@ def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path)
             str(program),
             "v2",
             "--model-id",
-            folder,
+            older_transformers_folder(folder, tmp),  # Infinity pins transformers 4
             "--served-model-name",
             args.model,
             "--port",
@@ -219,8 +237,14 @@ def start_server(system: str, args: argparse.Namespace, threads: int, tmp: Path)
             "32",
             "--url-prefix",
             "/v1",
+            "--dtype",
+            "float32",
+            "--no-bettertransformer",
+            # its warm-up times batches at the model's 8192-token limit: minutes on a CPU, and it is
+            # not needed (bench warms every server up with the same requests)
+            "--no-model-warmup",
         ]
-        ready = "/v1/health"
+        ready = "/health"  # outside the url prefix
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     else:
         spec = ["--preset", args.preset] if args.preset else ["--recipe", "va"]
@@ -421,7 +445,8 @@ def to_markdown(
     ]
     for row in rows:
         if "error" in row:
-            lines.append(f"| | | {row['system']} | failed to start: {row['error']} | | | | | | |")
+            error = row["error"].replace("|", "/")
+            lines.append(f"| | | {row['system']} | failed to start: {error} | | | | | | |")
             continue
         base = next(
             (
