@@ -125,3 +125,16 @@ def test_shared_passes_read_queries_through_the_query_side(tiny_checkpoint):
         alone = evaluate(sided, task, split="dev", limit=4).main_score
         together = evaluate_variants({"plain": plain, "sided": sided}, [(task, 4)], split="dev")
     assert abs(together["sided"][0].main_score - alone) < 1e-4
+
+
+def test_a_bm25_part_gives_queries_their_own_weights_even_at_one_shared_weight(tiny_checkpoint):
+    """``lexical=w`` alone means queries weigh the part at w too, on the query side: BM25 term presence,
+    not the documents' saturated, length-normalised weights (the tuned search scores it so)."""
+    shared = Encoder.from_pretrained(tiny_checkpoint, recipe="va", lexical=0.6)
+    spelled = Encoder.from_pretrained(tiny_checkpoint, recipe="va", lexical=0.6, lexical_query=0.6)
+    assert shared.for_queries() is not shared
+    queries = ["the cat sat on the mat", "stocks fell"]
+    np.testing.assert_allclose(shared.encode_query(queries), spelled.encode_query(queries), atol=1e-6)
+    assert not np.allclose(shared.encode_query(queries), shared.encode(queries), atol=1e-3)
+    embeddings = Encoder.from_pretrained(tiny_checkpoint, recipe="va", lexical=0.6, lexical_kind="embeddings")
+    assert embeddings.for_queries() is embeddings  # one weighting for both sides

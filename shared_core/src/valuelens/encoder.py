@@ -270,11 +270,13 @@ class Encoder:
         return out[0]  # type: ignore[return-value]
 
     def for_queries(self) -> Encoder:
-        """The encoder search queries go through: this one, or (when the spec has a ``query_template`` or a
-        ``lexical_query``) the same encoder on the query side, sharing the model, readouts, fusion and
-        post-processing, so queries and documents land in one space."""
+        """The encoder search queries go through: this one, or (when the spec has a ``query_template``, a
+        ``lexical_query`` or a BM25 part, whose queries carry term weights of their own) the same encoder on
+        the query side, sharing the model, readouts, fusion and post-processing, so queries and documents
+        land in one space."""
         config = self.config
-        if config.query_template is None and config.lexical_query is None:
+        bm25 = config.lexical is not None and config.lexical_kind == "bm25"
+        if config.query_template is None and config.lexical_query is None and not bm25:
             return self
         if self._queries is None:
             twin = object.__new__(Encoder)
