@@ -3,14 +3,22 @@
 Startup: the spec and the limits are checked, the port is bound, the model is loaded, then uvicorn
 serves (``/ready`` turns 200 after one warm-up encode). Every startup failure is one ``error:`` line
 on stderr and exit 2. SIGTERM / SIGINT: uvicorn stops accepting, the accepted requests finish, the
-batcher's queue drains, exit 0. FastAPI and uvicorn (the ``serve`` extra) are imported only here.
+batcher's queue drains, exit 0. With ``--workers N`` the bound socket is shared by N forked processes,
+each loading its own model with ``--threads`` threads (the kernel spreads connections among them); the
+parent forwards SIGTERM / SIGINT to every worker, waits for all to drain and exits with the worst exit
+code. FastAPI and uvicorn (the ``serve`` extra) are imported only here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import signal
 import socket
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -99,6 +107,14 @@ def serve(
     device: DeviceOpt = None,
     dtype: DTypeOpt = None,
     threads: ThreadsOpt = "auto",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Server processes sharing the port, each with its own model and --threads threads: "
+            "for machines with more cores than one forward uses (workers x threads <= cores).",
+        ),
+    ] = 1,
     warm_up: Annotated[
         Path | None,
         typer.Option(
@@ -139,10 +155,57 @@ def serve(
         from valuelens.server.app import create_app
     except ImportError as exc:
         raise fail(f"{EXTRA_HINT} ({exc})") from exc
+    if workers > 1 and not hasattr(os, "fork"):
+        raise fail("--workers above 1 needs fork (Linux, macOS): run one server per process instead")
     try:
         sock = _bind(host, port)
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+    serve_here = functools.partial(
+        _serve_on,
+        sock,
+        uvicorn=uvicorn,
+        create_app=create_app,
+        model=model,
+        device=device,
+        dtype=dtype,
+        config=config,
+        count=count,
+        served_name=served_name,
+        limits=limits,
+        api_key=api_key,
+        cors_origin=cors_origin,
+        normalize=normalize,
+        warm_texts=warm_texts,
+    )
+    if workers == 1:
+        serve_here()
+        return
+    code = _supervise(workers, serve_here)
+    sock.close()
+    if code:
+        raise typer.Exit(code=code)
+
+
+def _serve_on(
+    sock: socket.socket,
+    *,
+    uvicorn: Any,
+    create_app: Any,
+    model: str | None,
+    device: str | None,
+    dtype: str | None,
+    config: Any,
+    count: int | None,
+    served_name: str | None,
+    limits: Any,
+    api_key: str | None,
+    cors_origin: list[str] | None,
+    normalize: bool,
+    warm_texts: list[str],
+) -> None:
+    """Load the model and serve on ``sock`` in this process until a signal stops it."""
     try:
         if count is not None:
             import torch
@@ -177,6 +240,49 @@ def serve(
     if not server.started:
         raise typer.Exit(code=1)
     sys.stderr.flush()
+
+
+def _supervise(workers: int, serve: Callable[[], None]) -> int:
+    """Fork ``workers`` processes that each run ``serve``; forward SIGTERM / SIGINT to them; return the
+    worst exit code once all have exited (0: every worker drained and stopped cleanly)."""
+    children: list[int] = []
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:  # a worker: its own model, its own uvicorn (which installs its own signal handlers)
+            code = 0
+            try:
+                serve()
+            except typer.Exit as exc:
+                code = exc.exit_code
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children.append(pid)
+
+    def forward(sig: int, frame: Any) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    worst = 0
+    for pid in children:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        code = os.waitstatus_to_exitcode(status)
+        worst = max(worst, abs(code))
+    return worst
 
 
 def _server_class(uvicorn: Any) -> Any:
