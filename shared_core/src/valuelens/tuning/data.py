@@ -95,7 +95,14 @@ def sizes(
     the documents (a quick run's 600 pairs were a thin base for a sentence-only preset). ``distractors``,
     when given, replaces the mode's count of other SciFact documents (``--distractors``).
 
-    Usage: ``sizes("quick", "sts")["sts_pairs"]`` (``None``: all)."""
+    Usage: ``sizes("quick", "sts")["sts_pairs"]`` (``None``: all). ``ConfigError`` for an unknown mode or
+    objective, or a bad ``distractors``."""
+    if mode not in MODES:
+        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
+        raise ConfigError(msg)
+    if objective not in OBJECTIVES:
+        msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
+        raise ConfigError(msg)
     chosen = dict(SIZES[mode])
     if objective == "sts":
         chosen["sts_pairs"] = None
@@ -368,12 +375,6 @@ class TuneData:
         ``distractors``: documents beside the dev queries' relevant ones in the dev corpus (default: the
         mode's, :func:`sizes`; all of a labelled folder's). ``sources``: :func:`read_sources`'s result when
         the caller already checked them."""
-        if mode not in MODES:
-            msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
-            raise ConfigError(msg)
-        if objective not in OBJECTIVES:
-            msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
-            raise ConfigError(msg)
         read = sizes(mode, objective, distractors)
         if sources is None:
             sources = read_sources(objective=objective, corpus=corpus, dev=dev, data_dir=data_dir)

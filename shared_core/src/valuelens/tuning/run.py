@@ -30,7 +30,7 @@ from valuelens.presets.resolution import resolve
 from valuelens.presets.table import FUTUREEOL_SENTENCE
 from valuelens.states import bm25_lens, lexical_lens
 from valuelens.tuning.cache import FAMILIES, LayerCache
-from valuelens.tuning.data import MODES, OBJECTIVES, Mode, Objective, TuneData, read_sources, sizes
+from valuelens.tuning.data import Mode, Objective, TuneData, read_sources, sizes
 from valuelens.tuning.pseudo import (
     METHODS,
     PseudoDevSet,
@@ -152,13 +152,7 @@ def tune(
         msg = f"cache {str(cache_dir)!r} exists and is not a folder"
         raise ConfigError(msg)
     started = time.perf_counter()
-    if mode not in MODES:
-        msg = f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}"
-        raise ConfigError(msg)
-    if objective not in OBJECTIVES:
-        msg = f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}"
-        raise ConfigError(msg)
-    sizes(mode, objective, distractors)  # checks distractors
+    sizes(mode, objective, distractors)  # checks the mode, the objective and distractors
     n_queries = PSEUDO_QUERIES[mode] if pseudo_queries is None else pseudo_queries
     if isinstance(n_queries, bool) or not isinstance(n_queries, int) or n_queries < 1:
         msg = f"pseudo_queries must be a whole number >= 1, got {pseudo_queries!r}"
