@@ -114,15 +114,19 @@ def test_generated_queries_are_cleaned_filtered_counted_and_cached(tmp_path):
     calls = []
 
     def writer(prompts):
-        calls.append(len(prompts))
         replies = []
-        for n in range(len(prompts)):
+        for n in range(sum(calls), sum(calls) + len(prompts)):  # n: the passage's place in the run
             if n % 4 == 0:
                 replies.append("")  # empty
             elif n % 4 == 1:
-                replies.append('Query: "where do dogs run after rain"\nmore text')
+                replies.append(f'Query: "where do dogs run after rain {n}"\nmore text')
+            elif n == 2:
+                replies.append("why was the great wall of china built so long")  # the prompt's example
+            elif n in (3, 6):
+                replies.append("what did the report say about the cat")  # given to two passages
             else:
-                replies.append(f"what did report {len(replies)} say about the cat")
+                replies.append(f"what did report {n} say about the cat")
+        calls.append(len(prompts))
         return replies
 
     cache = tmp_path / "q.json"
@@ -135,8 +139,9 @@ def test_generated_queries_are_cleaned_filtered_counted_and_cached(tmp_path):
         generator=writer,
         cache_file=cache,
     )
-    assert made.method == "generate" and made.tried == 12 and made.dropped == {"empty": 3}
-    assert "where do dogs run after rain" in made.queries
+    assert made.method == "generate" and made.tried == 12
+    assert made.dropped == {"empty": 3, "copies an example": 1, "the same for several passages": 2}
+    assert "where do dogs run after rain 1" in made.queries
     assert sum(calls) == 12 and cache.is_file()
 
     def refuse(prompts):
@@ -164,7 +169,7 @@ def test_an_interrupted_generation_resumes_where_it_stopped(tmp_path):
         if len(seen) >= 8:
             raise KeyboardInterrupt
         seen.extend(prompts)
-        return [f"query about passage {len(seen)} and its cat" for _ in prompts]
+        return [f"query about passage {len(seen) - n} and its cat" for n in range(len(prompts))]
 
     cache = tmp_path / "q.json"
     with pytest.raises(KeyboardInterrupt):
@@ -174,7 +179,7 @@ def test_an_interrupted_generation_resumes_where_it_stopped(tmp_path):
 
     def steady(prompts):
         rest.extend(prompts)
-        return ["a query about the cat and the dog" for _ in prompts]
+        return [f"a query about the cat and dog {len(rest) - n}" for n in range(len(prompts))]
 
     made = pseudo_dev_set(docs, queries=20, tokenizer=tokenizer, generator=steady, cache_file=cache)
     assert len(rest) == 12 and not set(rest) & set(seen) and len(made.queries) == 20
@@ -283,10 +288,19 @@ def test_label_free_tune_with_the_model_s_own_queries(
     from valuelens.tuning import pseudo
 
     real = pseudo.make_generator
+    written: list[str] = []
 
     def readable(path, tokenizer, **kwargs):
         generate = real(path, tokenizer, **kwargs)  # the real model runs; its words are replaced
-        return lambda prompts: [f"which report mentions {len(r)} cats and dogs" for r in generate(prompts)]
+
+        def write(prompts):
+            replies = generate(prompts)
+            written.extend(replies)
+            return [
+                f"which report number {len(written) - n} mentions cats and dogs" for n in range(len(replies))
+            ]
+
+        return write
 
     monkeypatch.setattr("valuelens.tuning.run.make_generator", readable)
     made = tune(chat_checkpoint, tmp_path / "h", corpus=documents(), pseudo_queries=10, show_progress=False)

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,16 +70,28 @@ DROP_REASONS = (
     "too long",
     "copied from its passage",
     "describes the passage",
+    "copies an example",
+    "repeats itself",
+    "the same for several passages",
     "no sentence to take out",
 )
-#: The instruction the model answers for each passage (part of the cache key).
-INSTRUCTION = (
-    "Write a question a person might search for that the passage answers. Do not copy the title.\n\n"
-    "Example passage: The Great Wall of China was built over many centuries, mostly to protect the "
-    "northern borders of the empire against raids by nomadic peoples.\n"
-    "Example question: why was the great wall of china built\n\n"
-    "Passage: {passage}\nQuestion:"
+#: The instruction the model answers for each passage (part of the cache key, with :data:`EXAMPLES`).
+INSTRUCTION = "Write a question that this passage answers.\n\nPassage: {passage}"
+#: Worked examples shown as earlier turns of the chat (small models copy a question inside the
+#: instruction; as turns they imitate the form). Far from any benchmark's domain on purpose.
+EXAMPLES = (
+    (
+        "The Great Wall of China was built over many centuries, mostly to protect the northern borders "
+        "of the empire against raids by nomadic peoples.",
+        "why was the great wall of china built",
+    ),
+    (
+        "The new phone's battery lasts two days because its chip draws less power while the screen is idle.",
+        "how long does the new phone battery last",
+    ),
 )
+#: A generated query sharing this share of its distinct words with an example's question copies it.
+EXAMPLE_OVERLAP = 0.4
 #: A query that talks about the passage rather than asking what it holds.
 _ABOUT_PASSAGE = re.compile(r"^(the|this) (passage|text|article)\b", re.IGNORECASE)
 
@@ -135,8 +148,15 @@ def drop_reason(query: str, passage: str, *, generated: bool = False) -> str | N
         return "too long"
     if len(query_words) >= COPY_MIN_WORDS and " ".join(query_words) in " ".join(words(passage)):
         return "copied from its passage"
-    if generated and _ABOUT_PASSAGE.match(query.strip()):
-        return "describes the passage"
+    if generated:
+        if _ABOUT_PASSAGE.match(query.strip()):
+            return "describes the passage"
+        mine = set(query_words)
+        if any(len(mine & set(words(q))) >= EXAMPLE_OVERLAP * len(mine) for _, q in EXAMPLES):
+            return "copies an example"
+        grams = list(zip(query_words, query_words[1:], query_words[2:], strict=False))
+        if len(grams) != len(set(grams)):
+            return "repeats itself"
     return None
 
 
@@ -217,9 +237,12 @@ def pseudo_dev_set(
     pairs: list[tuple[int, str, str]] = []  # (document index, query, relevant document text)
     if chosen == "generate" and generator is not None:
         replies = _generate([texts[i] for i in candidates], tokenizer, generator, cache_file, progress)
-        for i, reply in zip(candidates, replies, strict=True):
-            query = _clean(reply)
+        cleaned = [_clean(reply) for reply in replies]
+        counts = Counter(" ".join(words(q)) for q in cleaned)
+        for i, query in zip(candidates, cleaned, strict=True):
             why = drop_reason(query, texts[i], generated=True)
+            if why is None and counts[" ".join(words(query))] > 1:
+                why = "the same for several passages"
             if why is None:
                 pairs.append((i, query, texts[i]))
             else:
@@ -278,8 +301,16 @@ def pseudo_dev_set(
 
 
 def _prompt(tokenizer: Any, passage: str) -> str:
+    """The chat for one passage: :data:`EXAMPLES` as earlier turns, then the passage (its opening
+    :data:`PROMPT_CHARS` characters)."""
     text = passage if len(passage) <= PROMPT_CHARS else passage[:PROMPT_CHARS].rsplit(" ", 1)[0] + " ..."
-    messages = [{"role": "user", "content": INSTRUCTION.format(passage=text)}]
+    messages: list[dict[str, str]] = []
+    for example, question in EXAMPLES:
+        messages += [
+            {"role": "user", "content": INSTRUCTION.format(passage=example)},
+            {"role": "assistant", "content": question},
+        ]
+    messages.append({"role": "user", "content": INSTRUCTION.format(passage=text)})
     return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
 
 
