@@ -239,7 +239,7 @@ def test_the_warm_up_encodes_the_texts_given_before_ready(tmp_path):
 def test_batches_are_cut_by_padded_size_and_never_mix_short_with_long_texts():
     """Real token counts (the tiny BPE tokenizer) of real texts: STS-B sentences and SciFact abstracts,
     queued in mixed order by many requests; every batch pads within the budget, no text pads to more
-    than twice its length, and every row goes back to its own request and place."""
+    than MAX_PADDING times its length, and every row goes back to its own request and place."""
     from valuelens.evaluation.tasks import load_task
     from valuelens.server.batcher import MAX_PADDING
 

@@ -30,9 +30,11 @@ from valuelens.server.metrics import Metrics
 
 __all__ = ["Batcher", "Job", "QueueFull", "Side", "pack"]
 
-#: The longest text of a batch is at most this many times its shortest (padding at most halves the work
-#: a batch does).
-MAX_PADDING = 2.0
+#: The longest text of a batch is at most this many times its shortest. On a CPU a forward call's own
+#: cost is worth padding a few short texts for (2 lost to an extra call on mixed requests in
+#: bench/serve.py; 4 kept batching at or above one forward per request); a one-line query still never
+#: pads to an abstract.
+MAX_PADDING = 4.0
 #: What a job's texts are: search queries or the documents searched.
 Side = Literal["query", "document"]
 
