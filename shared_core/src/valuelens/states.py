@@ -281,9 +281,11 @@ def bm25_state(language: str = "english", corpus: str | None = None) -> BM25Stat
     return state
 
 
-def bm25_lens(config: EncoderConfig) -> BM25Lens:
-    """The BM25 lens ``config``'s lexical fields ask for (:func:`bm25_state`)."""
-    state = bm25_state(config.lexical_language, config.lexical_corpus)
+def bm25_lens(config: EncoderConfig, state: BM25State | None = None) -> BM25Lens:
+    """The BM25 lens ``config``'s lexical fields ask for: over ``state`` when given (statistics counted
+    elsewhere), else :func:`bm25_state`'s."""
+    if state is None:
+        state = bm25_state(config.lexical_language, config.lexical_corpus)
     return BM25Lens(state, dim=config.lexical_dim, k1=config.lexical_k1, b=config.lexical_b)
 
 

@@ -405,12 +405,9 @@ class TuneData:
             )
         assert sources.corpus is not None
         texts = list(sources.corpus)
-        other = read["other_docs"] if distractors is None else distractors
-        made = (
-            pseudo(texts, 200 if other is None else other)
-            if pseudo
-            else pseudo_dev_set(texts, method="cloze", distractors=200 if other is None else other)
-        )
+        other = read["other_docs"]  # ``distractors`` when given (:func:`sizes`); 200 in full mode too
+        other = 200 if other is None else other
+        made = pseudo(texts, other) if pseudo else pseudo_dev_set(texts, method="cloze", distractors=other)
         retrieval = RetrievalSet(made.query_ids, made.queries, made.doc_ids, made.docs, made.qrels)
         fit = _sample(texts, n_fit)
         return cls(

@@ -95,11 +95,8 @@ def lexical_lenses(
     """Both kinds of lexical part, as the search scores them and as a preset loads them: BM25 from
     ``bm25`` (statistics counted on the user's corpus) or else from word frequencies; the input
     embeddings' idf."""
-    default = EncoderConfig(lexical=0.1)
     return {
-        "bm25": bm25_lens(default)
-        if bm25 is None
-        else BM25Lens(bm25, dim=default.lexical_dim, k1=default.lexical_k1, b=default.lexical_b),
+        "bm25": bm25_lens(EncoderConfig(lexical=0.1), bm25),
         "embeddings": lexical_lens(model, tokenizer),
     }
 
