@@ -1,6 +1,7 @@
 """The hybrids users already build, measured on SciFact (the 200 test queries over the full corpus;
 nDCG@10 ×100): each host's own BM25 and fusion around a dense side, the dense side being
-all-MiniLM-L6-v2 or valuelens (a preset's model part), beside valuelens' single joined vector and bm25s.
+all-MiniLM-L6-v2, valuelens' model part (its lexical part off) or valuelens' single joined vector (what
+``preset="best"`` puts in a store: the model part and the BM25 part), beside bm25s alone.
 
 - LangChain: ``EnsembleRetriever`` (langchain-classic; weighted reciprocal-rank fusion, weights 0.5 / 0.5)
   over ``BM25Retriever`` (langchain-community: rank_bm25's BM25Okapi on ``str.split()`` tokens, its default)
@@ -9,8 +10,8 @@ all-MiniLM-L6-v2 or valuelens (a preset's model part), beside valuelens' single 
   (llama-index-retrievers-bm25: bm25s with its English stemmer) and a ``VectorStoreIndex`` retriever;
 - Qdrant (local mode) hybrid through langchain-qdrant: the dense side and valuelens' BM25 part as native
   sparse vectors, fused by Qdrant (RRF);
-- valuelens' one vector (the model part joined with the BM25 part, one cosine, at the query weight chosen on
-  the dev split by research/bm25_hybrid.py) and bm25s alone.
+- "dense alone": each dense side by itself; for the joined vector that is valuelens' one vector (one cosine,
+  at the query weight chosen on the dev split by research/bm25_hybrid.py), and bm25s alone.
 
 Every retriever returns its top 100 to the fusion. The dense vectors come from files, so the hosts' retrieval
 and fusion run for real without a forward pass here: valuelens' from research/bm25_hybrid.py (``--vectors``),
@@ -159,7 +160,9 @@ def bm25s_alone(doc_ids, docs, queries) -> dict[str, list[str]]:
     return found
 
 
-def one_vector(doc_ids, docs, queries, vectors: dict[str, np.ndarray], weight: float) -> dict[str, list[str]]:
+def joined(docs, queries, vectors: dict[str, np.ndarray], weight: float) -> dict[str, np.ndarray]:
+    """valuelens' one vector: the model part joined with the BM25 part (documents at 0.05, queries at
+    ``weight``), the vectors ``Encoder(preset="best")`` gives a store."""
     import torch
 
     from valuelens.bm25 import BM25Lens, BM25Part
@@ -168,15 +171,10 @@ def one_vector(doc_ids, docs, queries, vectors: dict[str, np.ndarray], weight: f
     lens = BM25Lens(bm25_state("english"))
     dense_docs = torch.from_numpy(vectors["docs"])
     joined_docs = BM25Part(lens.documents(docs), False, 0.05, weight, lens.bound).join(dense_docs)
-    q_texts = list(queries.values())
-    joined_q = BM25Part(lens.queries(q_texts), True, 0.05, weight, lens.bound).join(
+    joined_q = BM25Part(lens.queries(list(queries.values())), True, 0.05, weight, lens.bound).join(
         torch.from_numpy(vectors["queries-test"])
     )
-    scores = (joined_q @ joined_docs.T).numpy()
-    return {
-        qid: [doc_ids[i] for i in np.argsort(-row, kind="stable")[:K]]
-        for qid, row in zip(queries, scores, strict=True)
-    }
+    return {"docs": joined_docs.numpy(), "queries-test": joined_q.numpy()}
 
 
 def main() -> None:
@@ -210,7 +208,12 @@ def main() -> None:
             "queries-test": _unit(model.encode(list(queries.values()))),
         }
         np.savez(args.minilm, **minilm)
-    sides = {"all-MiniLM-L6-v2": minilm, "valuelens": valuelens_vectors}
+    one = joined(docs, queries, valuelens_vectors, args.weight)
+    sides = {
+        "all-MiniLM-L6-v2": minilm,
+        "valuelens": valuelens_vectors,
+        f"valuelens one vector (w {args.weight})": one,
+    }
     rows = []
 
     def run(system: str, dense: str, fn, *fn_args) -> None:
@@ -264,16 +267,6 @@ def main() -> None:
             queries,
             langchain_embeddings(documents, query_vectors),
         )
-    run(
-        f"valuelens one vector (BM25 part, w {args.weight})",
-        "valuelens",
-        one_vector,
-        doc_ids,
-        docs,
-        queries,
-        valuelens_vectors,
-        args.weight,
-    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"weight": args.weight, "rows": rows}, indent=1) + "\n", encoding="utf-8")
 

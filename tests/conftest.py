@@ -125,6 +125,12 @@ def tiny_data_dir(tmp_path_factory):
     return root
 
 
+@pytest.fixture
+def no_project_data(monkeypatch):
+    """The data folder an installed package would not have."""
+    monkeypatch.setattr("valuelens.tuning.data.default_data_dir", lambda: None)
+
+
 @pytest.fixture(scope="session")
 def tuned_folder(tiny_checkpoint, tiny_data_dir, tmp_path_factory):
     """``valuelens tune`` run once per session on the tiny checkpoint and the tiny data (quick mode):

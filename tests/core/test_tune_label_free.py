@@ -44,12 +44,6 @@ def documents(n: int = 40) -> list[str]:
 
 
 @pytest.fixture
-def no_project_data(monkeypatch):
-    """The data folder an installed package would not have."""
-    monkeypatch.setattr("valuelens.tuning.data.default_data_dir", lambda: None)
-
-
-@pytest.fixture
 def docs_file(tmp_path):
     path = tmp_path / "docs.txt"
     path.write_text("\n".join(documents()) + "\n", encoding="utf-8")

@@ -4,9 +4,14 @@ transformers retries an unreachable hub for tens of seconds and then raises a ba
 :func:`check` asks the hub once (a few seconds at most) before anything loads, so a model reference
 that is neither a bundled name nor a local folder fails in one line that names the alternatives.
 
+A dataset id (``valuelens tune --dev mteb/scifact``) goes through :func:`dataset`: the hub's snapshot
+of the dataset's data files, downloaded once into the Hugging Face cache, or read from that cache when
+the hub cannot be reached.
+
 Usage::
 
     hub.check("Qwen/Qwen3-0.6B")   # returns when the hub answers or the model is cached, else raises
+    folder = hub.dataset("mteb/stsbenchmark-sts")   # a local folder of the dataset's files
 """
 
 from __future__ import annotations
@@ -16,15 +21,20 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 
 from valuelens.errors import HubUnreachableError
 
-__all__ = ["PROBE_TIMEOUT_S", "check", "is_cached"]
+__all__ = ["DATASET_FILES", "PROBE_TIMEOUT_S", "check", "dataset", "is_cached"]
 
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 3.0
 """How long one reachability probe waits for the hub (connect and first byte)."""
+
+#: The files of a dataset repository :func:`dataset` fetches: what a BEIR / MTEB folder and STS pairs are
+#: read from (not the parquet conversions, loading scripts or READMEs beside them).
+DATASET_FILES = ("*.jsonl", "*.jsonl.gz", "*.tsv", "qrels/*.tsv", "qrels/*.jsonl")
 
 _REMEMBER_S = 60.0
 _probes: dict[str, tuple[float, bool]] = {}  # endpoint -> (when, reachable): one probe per load, not per file
@@ -95,3 +105,34 @@ def check(repo_id: str, bundled: Sequence[str] = ()) -> None:
         "on a connected machine and set HF_HUB_OFFLINE=1 here"
     )
     raise HubUnreachableError(msg)
+
+
+def dataset(repo_id: str) -> Path:
+    """A local folder holding the data files (:data:`DATASET_FILES`) of the hub dataset ``repo_id``: a
+    snapshot downloaded into the Hugging Face cache, or the cached one when the hub cannot be reached or
+    ``HF_HUB_OFFLINE=1``. Raises :class:`HubUnreachableError` naming the offline alternative when neither
+    works. Usage: ``load_task(hub.dataset("mteb/scifact"))``."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = bool(constants.HF_HUB_OFFLINE) or not _reachable(constants.ENDPOINT.rstrip("/"))
+    try:
+        folder = snapshot_download(
+            repo_id, repo_type="dataset", allow_patterns=list(DATASET_FILES), local_files_only=offline
+        )
+    except LocalEntryNotFoundError:
+        why = (
+            "HF_HUB_OFFLINE=1 is set"
+            if constants.HF_HUB_OFFLINE
+            else f"the Hugging Face hub ({constants.ENDPOINT}) cannot be reached"
+        )
+        msg = (
+            f"dataset {repo_id!r}: {why} and it is not in the local cache ({constants.HF_HUB_CACHE}). "
+            f"Download it on a connected machine (`hf download {repo_id} --repo-type dataset --local-dir DIR`) "
+            "and give the folder instead"
+        )
+        raise HubUnreachableError(msg) from None
+    except HfHubHTTPError as exc:  # no such repository, gated, ...
+        msg = f"dataset {repo_id!r} cannot be read from the Hugging Face hub: {str(exc).splitlines()[0]}"
+        raise HubUnreachableError(msg) from None
+    return Path(folder)

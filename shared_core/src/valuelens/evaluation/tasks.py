@@ -15,7 +15,9 @@ Formats (``*.jsonl`` may also be stored as ``*.jsonl.gz``):
   the pair texts are looked up in ``docs.jsonl`` (so 50 documents are encoded for 1225 pairs).
 - Classification: ``train.jsonl`` and evaluation splits ``{split}.jsonl`` with ``{"text","label"}``.
 - Retrieval (BEIR): ``corpus.jsonl`` ``{"id"|"_id","title","text"}``, ``queries.jsonl`` ``{"id"|"_id","text"}``,
-  ``qrels.tsv`` (split ``test``) or ``qrels/{split}.tsv`` with header ``query-id corpus-id score``.
+  ``qrels.tsv`` (split ``test``) or ``qrels/{split}.tsv`` with header ``query-id corpus-id score``, or
+  ``qrels/{split}.jsonl`` records with those three keys (the hub's MTEB layout); any of these files may be
+  gzipped (``.gz``).
 
 Derived tasks (documented in ``docs/data.md``):
 
@@ -42,7 +44,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import IO, Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -415,9 +417,13 @@ def _detect(folder: Path) -> tuple[TaskKind, tuple[str, ...]]:
         if (folder / "qrels.tsv").is_file():
             splits.append("test")
         if (folder / "qrels").is_dir():
-            splits += [p.stem for p in sorted((folder / "qrels").glob("*.tsv")) if p.stem not in splits]
+            for p in sorted((folder / "qrels").iterdir()):
+                name = p.name.removesuffix(".gz")
+                split = name.removesuffix(".tsv").removesuffix(".jsonl")
+                if p.is_file() and name != split and split not in splits:
+                    splits.append(split)
         if not splits:
-            msg = f"retrieval folder {str(folder)!r} has no qrels.tsv or qrels/<split>.tsv"
+            msg = f"retrieval folder {str(folder)!r} has no qrels.tsv or qrels/<split>.tsv (or .jsonl)"
             raise ValueError(msg)
         return "retrieval", tuple(sorted(splits, key=_split_order))
     splits = _jsonl_split_names(folder)
@@ -463,6 +469,13 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             if line.strip():
                 yield json.loads(line)
+
+
+def _open_text(path: Path) -> IO[str]:
+    """``path`` opened for reading text, gunzipped when it ends in ``.gz``."""
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
 
 
 def _subsample(n: int, limit: int | None) -> np.ndarray:
@@ -561,18 +574,32 @@ def _read_retrieval(
         return {q: judged[q] for q in keep}, whole, {q: all_qrels[q] for q in keep}
     corpus = {_record_id(r): _doc_text(r) for r in read_jsonl(folder / "corpus.jsonl")}
     all_queries = {_record_id(r): r["text"] for r in read_jsonl(folder / "queries.jsonl")}
-    qrels_path = folder / "qrels.tsv" if split == "test" and (folder / "qrels.tsv").is_file() else None
-    qrels_path = qrels_path or folder / "qrels" / f"{split}.tsv"
+    qrels_path = _find(folder, "qrels.tsv") if split == "test" else None
+    qrels_path = (
+        qrels_path
+        or _find(folder / "qrels", f"{split}.tsv")
+        or _find(folder / "qrels", f"{split}.jsonl")
+        or folder / "qrels" / f"{split}.tsv"  # absent: open() names it
+    )
     qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_path, encoding="utf-8", newline="") as f:
-        rows = csv.reader(f, delimiter="\t")
-        header = next(rows)
-        if [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
-            msg = f"{str(qrels_path)!r} header is {header!r}; expected ['query-id', 'corpus-id', 'score']"
-            raise ValueError(msg)
-        for row in rows:
-            if row:
-                qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
+    if qrels_path.name.removesuffix(".gz").endswith(".jsonl"):
+        for n, record in enumerate(read_jsonl(qrels_path)):
+            try:
+                qid, did, score = str(record["query-id"]), str(record["corpus-id"]), record["score"]
+                qrels.setdefault(qid, {})[did] = int(float(score))
+            except (KeyError, TypeError, ValueError):
+                msg = f"{str(qrels_path)!r} line {n + 1}: expected query-id, corpus-id and a numeric score"
+                raise ValueError(msg) from None
+    else:
+        with _open_text(qrels_path) as f:
+            rows = csv.reader(f, delimiter="\t")
+            header = next(rows)
+            if [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
+                msg = f"{str(qrels_path)!r} header is {header!r}; expected ['query-id', 'corpus-id', 'score']"
+                raise ValueError(msg)
+            for row in rows:
+                if row:
+                    qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
     # evaluated queries: those with at least one judgement, in queries.jsonl order (as pytrec_eval)
     queries = {qid: text for qid, text in all_queries.items() if qid in qrels}
     missing = sorted(set(qrels) - set(all_queries))

@@ -66,7 +66,7 @@ def tune_command(
     dev: Annotated[
         list[Path] | None,
         typer.Option(
-            help="Labelled dev data of yours, repeatable: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/dev.tsv) and/or STS pairs (.jsonl with sentence1/sentence2/score, .tsv, or a folder of <split>.jsonl)."
+            help="Labelled dev data of yours, repeatable: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/dev.tsv) and/or STS pairs (.jsonl with sentence1/sentence2/score, .tsv, or a folder of <split>.jsonl), or a Hugging Face hub dataset in those layouts (e.g. mteb/scifact, mteb/stsbenchmark-sts)."
         ),
     ] = None,
     queries: Annotated[

@@ -9,8 +9,8 @@ Usage::
 
 Where the dev data comes from (:func:`read_sources`, checked before any model loads):
 
-- ``dev``: the user's labelled sets (:func:`read_dev`: a BEIR folder, STS pairs); the fitting text is
-  ``corpus`` when given, else the dev sets' own texts;
+- ``dev``: the user's labelled sets (:func:`read_dev`: a BEIR folder, STS pairs, a hub dataset id); the
+  fitting text is ``corpus`` when given, else the dev sets' own texts;
 - ``corpus`` alone: a retrieval dev set made from the documents (:mod:`valuelens.tuning.pseudo`), which
   also give the fitting text and the BM25 statistics; no STS pairs, so the objective is retrieval;
 - neither: the project's data folder (``data_dir``, ``$VALUELENS_DATA_DIR`` or ``../shared/data``), dev splits
@@ -30,6 +30,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from valuelens.errors import ConfigError
+from valuelens import hub
+from valuelens.errors import ConfigError, HubUnreachableError
 from valuelens.evaluation.tasks import (
     SEED,
     PairData,
@@ -193,6 +195,8 @@ def read_corpus(
     return _sample(texts, limit), name
 
 
+#: A Hugging Face hub id (``owner/name``): what ``--dev`` names when it is no local file or folder.
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 #: Split names a labelled ``--dev`` folder is read from, in order of preference.
 DEV_SPLITS = ("dev", "validation", "train", "test")
 
@@ -216,29 +220,39 @@ def read_dev(
 ) -> tuple[Literal["sts", "retrieval"], PairData | RetrievalData, str]:
     """A labelled dev set of the user's: a BEIR / MTEB folder (``corpus.jsonl``, ``queries.jsonl``,
     ``qrels/<split>.tsv`` or ``qrels.tsv``), a folder of STS pairs (``<split>.jsonl`` with ``sentence1``,
-    ``sentence2``, ``score``), or one file of STS pairs (that ``.jsonl``, or a ``.tsv`` / ``.csv`` of
-    sentence1, sentence2, score, a header row optional). A folder is read at its first split of
-    :data:`DEV_SPLITS`. Returns the kind, the data and a name for reports."""
+    ``sentence2``, ``score``), one file of STS pairs (that ``.jsonl``, or a ``.tsv`` / ``.csv`` of
+    sentence1, sentence2, score, a header row optional), or the id of a Hugging Face hub dataset in one of
+    those layouts (``mteb/scifact``, ``mteb/stsbenchmark-sts``: :func:`valuelens.hub.dataset`). A folder is
+    read at its first split of :data:`DEV_SPLITS`. Returns the kind, the data and a name for reports."""
     file = Path(path).expanduser()
+    name = file.name
     if file.is_file():
         return "sts", _read_pair_file(file), f"pairs of {file.name}"
     if not file.is_dir():
-        msg = (
-            f"--dev {str(file)!r} is neither a file nor a folder: give a BEIR folder (corpus.jsonl, "
-            "queries.jsonl, qrels/dev.tsv) or STS pairs (.jsonl with sentence1/sentence2/score, or .tsv)"
-        )
-        raise ConfigError(msg)
+        if not _HUB_ID.fullmatch(str(path)):
+            msg = (
+                f"--dev {str(file)!r} is neither a file nor a folder: give a BEIR folder (corpus.jsonl, "
+                "queries.jsonl, qrels/dev.tsv), STS pairs (.jsonl with sentence1/sentence2/score, or .tsv) "
+                "or a hub dataset id (owner/name, e.g. mteb/scifact)"
+            )
+            raise ConfigError(msg)
+        try:
+            file, name = hub.dataset(str(path)), str(path)
+        except HubUnreachableError as exc:
+            raise ConfigError(
+                f"--dev {str(path)!r} is no local file or folder; as a hub dataset, {exc}"
+            ) from None
     try:
         task = load_task(file)
     except ValueError as exc:
-        raise ConfigError(f"--dev {str(file)!r}: {exc}") from None
+        raise ConfigError(f"--dev {name!r}: {exc}") from None
     if task.kind not in ("sts", "retrieval"):
-        msg = f"--dev {str(file)!r} holds {task.kind} data: give retrieval (BEIR) or STS pairs"
+        msg = f"--dev {name!r} holds {task.kind} data: give retrieval (BEIR) or STS pairs"
         raise ConfigError(msg)
     split = next((s for s in DEV_SPLITS if s in task.splits), task.splits[0])
     data = task.load(split)
     assert isinstance(data, (PairData, RetrievalData))
-    return task.kind, data, f"{file.name} ({split})"
+    return task.kind, data, f"{name} ({split})"
 
 
 def _read_pair_file(file: Path) -> PairData:

@@ -126,7 +126,7 @@ def tune(
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
     What it tunes on (:meth:`TuneData.build <valuelens.tuning.data.TuneData.build>`): labelled ``dev``
-    sets (a BEIR folder, STS pairs) when given; else, label-free, the user's ``corpus`` (a file, a folder,
+    sets (a BEIR folder, STS pairs, a hub dataset id) when given; else, label-free, the user's ``corpus`` (a file, a folder,
     or a list of strings or LangChain / LlamaIndex documents), from which ``pseudo_queries`` queries are
     made (``queries``: ``generate`` them with the model's chat template, ``cloze`` sentences out of their
     passages, ``auto`` the first where the model has a template; :mod:`valuelens.tuning.pseudo`), its
