@@ -252,6 +252,7 @@ def test_label_free_tune_writes_a_folder_every_surface_loads_and_is_seeded(
     assert folder.info["data"]["retrieval_queries"] == 12 and folder.info["data"]["sts_pairs"] == 0
     report = (first.folder / "report.md").read_text()
     assert "pseudo-queries (cloze) of docs.txt nDCG@10" in report and "| – |" in report
+    assert "Objective `balanced` (pseudo-queries (cloze) of docs.txt nDCG@10 alone, ×100)" in report
     if first.spec.get("lexical") is not None and first.spec.get("lexical_kind", "bm25") == "bm25":
         assert first.spec["lexical_corpus"] == LEXICAL_FILE and (first.folder / LEXICAL_FILE).is_file()
     moved = tmp_path / "moved"
@@ -320,6 +321,10 @@ def test_labelled_dev_data_of_ones_own(tiny_checkpoint, tiny_data_dir, tmp_path,
     )
     assert not np.isnan(result.best.sts) and not np.isnan(result.best.retrieval)
     assert result.score_names == ("pairs of pairs.tsv", "scifact (test) nDCG@10")
+    assert (
+        "(the mean of pairs of pairs.tsv Spearman and scifact (test) nDCG@10, ×100)"
+        in (result.folder / "report.md").read_text()
+    )
     data = TuneData.build(dev=[pairs], corpus=documents())
     assert data.fit_texts and set(data.fit_texts) <= set(documents()) and not data.retrieval.queries
     (tmp_path / "bad.tsv").write_text("a\tb\tc\nx\ty\tnot a number\n")

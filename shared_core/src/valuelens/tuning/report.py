@@ -42,6 +42,22 @@ def score_names(data: TuneData) -> tuple[str, str]:
     return data.sts_name, f"{data.retrieval_name} nDCG@10"
 
 
+def _objective_meaning(objective: str, data: TuneData) -> str:
+    """What the objective scores on this run's data: the project's STS-B and SciFact (as documented), or
+    the sets of this run (a ``balanced`` run without STS pairs scores retrieval alone)."""
+    if data.dev_source == "project":
+        return OBJECTIVE_MEANING.get(cast(Objective, objective), "?")
+    sts_name, ret_name = score_names(data)
+    scores = {
+        "sts": f"{sts_name} Spearman" if data.sts.gold else "",
+        "retrieval": ret_name if data.retrieval.queries else "",
+    }
+    if objective in scores:
+        return scores[objective]
+    present = [name for name in scores.values() if name]
+    return f"the mean of {present[0]} and {present[1]}" if len(present) == 2 else f"{present[0]} alone"
+
+
 def _data_line(data: TuneData) -> str:
     """What the dev data is, in one sentence."""
     if data.dev_source == "project":
@@ -92,7 +108,7 @@ def write_report(
     lines = [
         f"# valuelens tune: {folder.model}",
         "",
-        f"Objective `{folder.objective}` ({OBJECTIVE_MEANING.get(cast(Objective, folder.objective), '?')}, ×100), "
+        f"Objective `{folder.objective}` ({_objective_meaning(folder.objective, data)}, ×100), "
         f"{info.get('mode', '?')} mode. {_data_line(data)} Post-processing fitted on "
         f"{data.fit_source} (unlabeled). A lexical part (`+lexD/Q`: document / query weight; BM25, or "
         "`+lex(embeddings)` for the input-embedding tf-idf) takes its statistics from "
