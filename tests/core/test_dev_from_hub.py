@@ -108,3 +108,16 @@ def test_tune_scores_on_hub_datasets(tiny_checkpoint, hub_cache, tmp_path, no_pr
     )
     assert not np.isnan(result.best.sts) and not np.isnan(result.best.retrieval)
     assert result.score_names == ("mteb/tiny-sts (validation)", "mteb/tiny-retrieval (dev) nDCG@10")
+
+
+def test_gzipped_qrels_are_read_like_plain_ones(tiny_data_dir, tmp_path):
+    folder = tmp_path / "beir"
+    folder.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (folder / name).write_bytes((tiny_data_dir / "scifact" / name).read_bytes())
+    with gzip.open(folder / "qrels.tsv.gz", "wt", encoding="utf-8") as f:
+        f.write((tiny_data_dir / "scifact" / "qrels.tsv").read_text())
+    task = load_task(folder)
+    plain = load_task(tiny_data_dir / "scifact")
+    assert task.splits == plain.splits
+    assert task.load(task.splits[-1]).qrels == plain.load(plain.splits[-1]).qrels

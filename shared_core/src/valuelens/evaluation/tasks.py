@@ -414,7 +414,7 @@ def _detect(folder: Path) -> tuple[TaskKind, tuple[str, ...]]:
     """Kind and splits of a data folder, from its file names and first record."""
     if _find(folder, "corpus.jsonl") and _find(folder, "queries.jsonl"):
         splits = []
-        if (folder / "qrels.tsv").is_file():
+        if _find(folder, "qrels.tsv"):
             splits.append("test")
         if (folder / "qrels").is_dir():
             for p in sorted((folder / "qrels").iterdir()):
