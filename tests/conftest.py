@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -123,6 +124,23 @@ def tiny_data_dir(tmp_path_factory):
     qrels = "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(12))
     (root / "scifact" / "qrels.tsv").write_text(qrels, encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def unreachable(monkeypatch, tmp_path):
+    """The Hugging Face hub as a closed port on 127.0.0.1 (connections refused), online mode, an empty
+    hub cache in ``tmp_path / "hub-cache"`` and no remembered probe."""
+    from huggingface_hub import constants
+
+    from valuelens import hub
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the socket goes: connections are refused
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(hub, "_probes", {})
 
 
 @pytest.fixture

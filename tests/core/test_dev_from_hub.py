@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -43,17 +42,10 @@ def _cached_dataset(cache: Path, repo_id: str) -> Path:
 
 
 @pytest.fixture
-def hub_cache(monkeypatch, tmp_path, tiny_data_dir):
+def hub_cache(unreachable, tiny_data_dir):
     """A hub cache holding ``mteb/tiny-retrieval`` and ``mteb/tiny-sts`` (the tiny data in the hub's
-    layouts), an unreachable hub endpoint, and the cache folder."""
-    cache = tmp_path / "hub-cache"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed when the socket goes: connections are refused
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(hub, "_probes", {})
+    layouts) behind an unreachable hub endpoint; the cache folder."""
+    cache = Path(constants.HF_HUB_CACHE)
     retrieval = _cached_dataset(cache, "mteb/tiny-retrieval")
     source = tiny_data_dir / "scifact"
     corpus = [json.loads(line) for line in (source / "corpus.jsonl").read_text().splitlines()]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,20 +23,6 @@ from valuelens import hub, models
 from valuelens.errors import HubUnreachableError
 
 REPO = "Qwen/Qwen3-0.6B"
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # closed again when the socket goes: connections are refused
-
-
-@pytest.fixture
-def unreachable(monkeypatch, tmp_path):
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.setattr(hub, "_probes", {})
 
 
 @pytest.fixture
@@ -144,13 +129,9 @@ SURFACES = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_every_surface_fails_within_seconds_with_a_blocked_network(tmp_path):
+def test_every_surface_fails_within_seconds_with_a_blocked_network(unreachable, tmp_path):
     """In a fresh process whose hub endpoint is a closed port: the Encoder, both adapters and the CLI."""
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
-        "HF_HUB_CACHE": str(tmp_path / "hub-cache"),
-    }
+    env = {**os.environ, "HF_ENDPOINT": constants.ENDPOINT, "HF_HUB_CACHE": constants.HF_HUB_CACHE}
     env.pop("HF_HUB_OFFLINE", None)
     done = subprocess.run(
         [sys.executable, "-c", SURFACES, REPO], env=env, capture_output=True, text=True, timeout=300

@@ -126,9 +126,9 @@ def tune(
     """Tune a preset folder for ``model`` at ``output`` (see the module docstring).
 
     What it tunes on (:meth:`TuneData.build <valuelens.tuning.data.TuneData.build>`): labelled ``dev``
-    sets (a BEIR folder, STS pairs, a hub dataset id) when given; else, label-free, the user's ``corpus`` (a file, a folder,
-    or a list of strings or LangChain / LlamaIndex documents), from which ``pseudo_queries`` queries are
-    made (``queries``: ``generate`` them with the model's chat template, ``cloze`` sentences out of their
+    sets (a BEIR folder, STS pairs, a hub dataset id) when given; else, label-free, the user's ``corpus``
+    (a file, a folder, or a list of strings or LangChain / LlamaIndex documents), from which
+    ``pseudo_queries`` queries are made (``queries``: ``generate`` them with the model's chat template, ``cloze`` sentences out of their
     passages, ``auto`` the first where the model has a template; :mod:`valuelens.tuning.pseudo`), its
     texts also fitting the post-processing and counting the BM25 statistics the folder keeps; else the
     project's data folder (STS-B dev, SciFact's carved dev split).
